@@ -1,0 +1,15 @@
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real corpora in ../shared/data (override with TXL_SHARED_DATA)."""
+    path = Path(os.environ.get("TXL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+    if not (path / "SOURCES.md").exists():
+        pytest.fail(f"shared data not found at {path}: set TXL_SHARED_DATA to ../shared/data")
+    return path

@@ -1,0 +1,88 @@
+"""save_pretrained / from_pretrained round trip in a fresh process that never imports deepspeed."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from txl_dist.model import TransformerXL, TXLConfig
+
+LOAD_AND_SCORE = """
+import sys, torch
+from txl_dist.model import TransformerXL
+model = TransformerXL.from_pretrained(sys.argv[1])
+ids = torch.load(sys.argv[2])
+torch.save(model(ids).log_probs, sys.argv[3])
+assert "deepspeed" not in sys.modules, "loading imported deepspeed"
+"""
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "torch"])
+def test_fresh_process_loads_identical_model_without_deepspeed(tmp_path, fmt):
+    torch.manual_seed(0)
+    config = TXLConfig(
+        n_token=200,
+        n_layer=2,
+        n_head=2,
+        d_model=16,
+        d_head=8,
+        d_inner=32,
+        d_embed=16,
+        cutoffs=[50, 120],
+        div_val=2,
+        tie_projs=[False, True, True],
+        tgt_len=5,
+        mem_len=5,
+    )
+    model = TransformerXL(config).eval()
+    model.save_pretrained(tmp_path / "model", format=fmt)
+    ids = torch.randint(0, 200, (2, 5))
+    torch.save(ids, tmp_path / "ids.pt")
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            LOAD_AND_SCORE,
+            str(tmp_path / "model"),
+            str(tmp_path / "ids.pt"),
+            str(tmp_path / "out.pt"),
+        ],
+        check=True,
+    )
+    torch.testing.assert_close(
+        torch.load(tmp_path / "out.pt"), model(ids).log_probs, rtol=0, atol=0
+    )
+    assert json.loads((tmp_path / "model" / "config.json").read_text())["div_val"] == 2
+
+
+def test_loaded_model_keeps_weights_tied(tmp_path):
+    model = TransformerXL(
+        TXLConfig(n_token=100, n_layer=1, n_head=2, d_model=8, d_head=4, d_inner=8)
+    )
+    model.save_pretrained(tmp_path)
+    loaded = TransformerXL.from_pretrained(tmp_path)
+    assert loaded.crit.out_layers[0].weight is loaded.word_emb.emb_layers[0].weight
+
+
+def test_missing_weights_or_config_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        TransformerXL.from_pretrained(tmp_path)
+    TransformerXL(
+        TXLConfig(n_token=100, n_layer=1, d_model=8, n_head=2, d_head=4, d_inner=8)
+    ).save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        TransformerXL.from_pretrained(tmp_path)
+
+
+def test_weights_of_another_config_are_refused(tmp_path):
+    TransformerXL(
+        TXLConfig(n_token=100, n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=8)
+    ).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "n_layer": 3}))
+    with pytest.raises(ValueError, match="do not match config.json"):
+        TransformerXL.from_pretrained(tmp_path)

@@ -1,0 +1,117 @@
+"""Language-model properties of TransformerXL: causality, recurrence, softmax, precision."""
+
+import pytest
+import torch
+
+from txl_dist.model import TransformerXL, TXLConfig
+
+
+def small_config(**overrides) -> TXLConfig:
+    values = dict(
+        n_token=300,
+        n_layer=2,
+        n_head=2,
+        d_model=16,
+        d_head=8,
+        d_inner=32,
+        dropout=0.0,
+        tgt_len=6,
+        mem_len=6,
+    )
+    return TXLConfig(**{**values, **overrides})
+
+
+def tokens(batch, length, n_token=300, seed=0):
+    return torch.randint(0, n_token, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("pre_lnorm", [False, True])
+def test_changing_token_t_changes_no_earlier_output(pre_lnorm):
+    torch.manual_seed(0)
+    model = TransformerXL(small_config(pre_lnorm=pre_lnorm)).eval()
+    ids = tokens(2, 8)
+    mems = model(tokens(2, 8, seed=1)).mems
+    before = model(ids, mems=mems).log_probs
+    t = 5
+    changed = ids.clone()
+    changed[:, t] = (changed[:, t] + 1) % 300
+    after = model(changed, mems=mems).log_probs
+    torch.testing.assert_close(after[:, :t], before[:, :t], rtol=0, atol=0)
+    assert not torch.allclose(after[:, t:], before[:, t:])
+
+
+@pytest.mark.parametrize("cutoffs,div_val", [([], 1), ([50, 150], 2)])
+def test_segment_with_memory_equals_one_long_segment(cutoffs, div_val):
+    torch.manual_seed(0)
+    model = TransformerXL(small_config(mem_len=7, cutoffs=cutoffs, div_val=div_val)).eval()
+    seg_a, seg_b = tokens(3, 7), tokens(3, 5, seed=1)
+    mems = model(seg_a).mems
+    assert mems[0].shape == (3, 7, 16)
+    split = model(seg_b, mems=mems).log_probs
+    joint = model(torch.cat([seg_a, seg_b], 1)).log_probs[:, 7:]
+    torch.testing.assert_close(split, joint, atol=1e-5, rtol=1e-5)
+
+
+def test_memory_keeps_last_mem_len_states_and_carries_no_gradient():
+    torch.manual_seed(0)
+    model = TransformerXL(small_config(mem_len=4, dropout=0.1)).train()
+    out = model(tokens(2, 6), tokens(2, 6, seed=1))
+    assert [m.shape for m in out.mems] == [(2, 4, 16)] * 2
+    assert all(not m.requires_grad and m.grad_fn is None for m in out.mems)
+    leaf_mems = [m.clone().requires_grad_(True) for m in out.mems]
+    out2 = model(tokens(2, 6, seed=2), tokens(2, 6, seed=3), mems=out.mems)
+    out2.loss.mean().backward()
+    # Step 2's backward reached the parameters but could not reach step 1's graph.
+    assert model.r_w_bias.grad is not None
+    assert all(m.grad is None for m in leaf_mems)
+
+
+@pytest.mark.parametrize(
+    "cutoffs,div_val,d_embed",
+    [([], 1, None), ([40, 120], 1, None), ([40, 120], 4, 16), ([40, 120], 1, 8)],
+)
+def test_adaptive_softmax_normalises_and_matches_nll(cutoffs, div_val, d_embed):
+    torch.manual_seed(0)
+    config = small_config(cutoffs=cutoffs, div_val=div_val, d_embed=d_embed)
+    model = TransformerXL(config).eval()
+    ids, targets = tokens(2, 6), tokens(2, 6, seed=1)
+    log_probs = model(ids).log_probs
+    assert log_probs.shape == (2, 6, 300)
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(2, 6), atol=1e-5, rtol=0)
+    nll = model(ids, targets).loss
+    torch.testing.assert_close(nll, -log_probs.gather(-1, targets[..., None]).squeeze(-1))
+
+
+def test_tied_weights_and_projections_are_shared_tensors():
+    config = small_config(cutoffs=[40, 120], div_val=2, tie_projs=[False, True, True])
+    model = TransformerXL(config)
+    for out_layer, emb_layer in zip(model.crit.out_layers, model.word_emb.emb_layers):
+        assert out_layer.weight is emb_layer.weight
+    assert model.crit.out_projs[0] is not model.word_emb.emb_projs[0]
+    assert model.crit.out_projs[1] is model.word_emb.emb_projs[1]
+    untied = TransformerXL(small_config(tie_weight=False))
+    assert untied.crit.out_layers[0].weight is not untied.word_emb.emb_layers[0].weight
+
+
+def test_bf16_autocast_forward_backward_with_div_val_4():
+    torch.manual_seed(0)
+    config = small_config(cutoffs=[40, 120], div_val=4, tie_projs=[False, True, True], dropout=0.1)
+    model = TransformerXL(config).train()
+    ids, targets = tokens(2, 6), tokens(2, 6, seed=1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(ids, targets)
+        out2 = model(ids, targets, mems=out.mems)
+    loss = out2.loss.mean()
+    loss.backward()
+    assert out2.loss.dtype == torch.float32 and torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert model.word_emb.emb_projs[2].grad is not None
+
+
+def test_set_lengths_changes_context_at_eval_time():
+    model = TransformerXL(small_config(mem_len=4)).eval()
+    model.set_lengths(mem_len=9, same_length=True, clamp_len=3)
+    mems = model(tokens(1, 6)).mems
+    mems = model(tokens(1, 6, seed=1), mems=mems).mems
+    assert mems[0].shape == (1, 9, 16)
+    assert model.config.same_length and model.config.clamp_len == 3

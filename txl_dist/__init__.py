@@ -1,0 +1,1 @@
+"""txl-dist: distributed pretraining of Transformer-XL."""

@@ -1,0 +1,138 @@
+"""Adaptive input embeddings and projected adaptive log-softmax (Baevski & Auli; Grave et al.).
+
+The vocabulary is split by `cutoffs` into a frequent head cluster and rarer tail clusters;
+cluster i embeds in d_embed // div_val**i dims and projects to d_model. With div_val == 1 one
+matrix covers the whole vocabulary (the reference layout), so a plain softmax is the case of no
+cutoffs. Log-probabilities are always computed in float32, so both modules are safe under
+bf16/fp16 autocast.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from txl_dist.model.config import TXLConfig
+
+
+def cluster_bounds(config: TXLConfig) -> list[tuple[int, int]]:
+    """[(start, end)] token-id range of each cluster, head first."""
+    edges = [0, *config.cutoffs, config.n_token]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def cluster_dims(config: TXLConfig) -> list[int]:
+    """Embedding size of each cluster."""
+    return [config.d_embed // config.div_val**i for i in range(len(config.cutoffs) + 1)]
+
+
+class AdaptiveEmbedding(nn.Module):
+    """Token ids [B, T] -> embeddings [B, T, d_model], scaled by sqrt(d_model) as the reference."""
+
+    def __init__(self, config: TXLConfig):
+        super().__init__()
+        self.div_val = config.div_val
+        self.bounds = cluster_bounds(config)
+        self.scale = config.d_model**0.5
+        self.emb_layers = nn.ModuleList()
+        self.emb_projs = nn.ParameterList()
+        if config.div_val == 1:
+            self.emb_layers.append(nn.Embedding(config.n_token, config.d_embed))
+            if config.d_model != config.d_embed:
+                self.emb_projs.append(nn.Parameter(torch.empty(config.d_model, config.d_embed)))
+        else:
+            for (start, end), dim in zip(self.bounds, cluster_dims(config)):
+                self.emb_layers.append(nn.Embedding(end - start, dim))
+                self.emb_projs.append(nn.Parameter(torch.empty(config.d_model, dim)))
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        if self.div_val == 1:
+            embedded = self.emb_layers[0](input_ids)  # [B, T, d_embed]
+            if len(self.emb_projs):
+                embedded = F.linear(embedded, self.emb_projs[0])  # [B, T, d_model]
+            return embedded * self.scale
+        # Every cluster embeds every token (ids clamped into its range) and the wrong clusters
+        # are zeroed: static shapes, no host sync, one dtype under autocast. The wasted work is
+        # tiny next to the transformer layers.
+        embedded = 0
+        for (start, end), layer, proj in zip(self.bounds, self.emb_layers, self.emb_projs):
+            local_ids = (input_ids - start).clamp(0, end - start - 1)
+            in_cluster = ((input_ids >= start) & (input_ids < end)).unsqueeze(-1)  # [B, T, 1]
+            projected = F.linear(layer(local_ids), proj)  # [B, T, d_model]
+            embedded = embedded + projected * in_cluster
+        return embedded * self.scale
+
+
+class AdaptiveLogSoftmax(nn.Module):
+    """Projected adaptive log-softmax: hidden [N, d_model] -> NLL [N] or log-probs [N, n_token]."""
+
+    def __init__(self, config: TXLConfig):
+        super().__init__()
+        self.div_val = config.div_val
+        self.bounds = cluster_bounds(config)
+        self.n_clusters = len(config.cutoffs)
+        dims = cluster_dims(config)
+        if self.n_clusters:
+            self.cluster_weight = nn.Parameter(torch.empty(self.n_clusters, config.d_embed))
+            self.cluster_bias = nn.Parameter(torch.empty(self.n_clusters))
+        self.out_layers = nn.ModuleList()
+        self.out_projs = nn.ParameterList()
+        if config.div_val == 1:
+            self.out_layers.append(nn.Linear(config.d_embed, config.n_token))
+            if config.d_model != config.d_embed:
+                for _ in self.bounds:
+                    self.out_projs.append(nn.Parameter(torch.empty(config.d_model, config.d_embed)))
+        else:
+            for (start, end), dim in zip(self.bounds, dims):
+                self.out_layers.append(nn.Linear(dim, end - start))
+                self.out_projs.append(nn.Parameter(torch.empty(config.d_model, dim)))
+
+    def _cluster_logits(self, hidden: Tensor, i: int) -> Tensor:
+        """Logits of cluster i's own tokens (plus the tail-cluster logits for the head)."""
+        if self.div_val == 1:
+            start, end = self.bounds[i]
+            weight = self.out_layers[0].weight[start:end]
+            bias = self.out_layers[0].bias[start:end]
+        else:
+            weight, bias = self.out_layers[i].weight, self.out_layers[i].bias
+        if i == 0 and self.n_clusters:
+            weight = torch.cat([weight, self.cluster_weight], dim=0)
+            bias = torch.cat([bias, self.cluster_bias], dim=0)
+        if len(self.out_projs):
+            hidden = F.linear(hidden, self.out_projs[i].t())  # [N, d_model] -> [N, dim_i]
+        return F.linear(hidden, weight, bias)
+
+    def _head_log_probs(self, hidden: Tensor) -> Tensor:
+        """[N, head size + n_clusters]; tail cluster i's mass is column -i (the reference order)."""
+        return F.log_softmax(self._cluster_logits(hidden, 0).float(), dim=-1)
+
+    def forward(self, hidden: Tensor, targets: Tensor) -> Tensor:
+        """NLL [N] (float32) of targets [N] under hidden [N, d_model]."""
+        if not self.n_clusters:
+            return F.cross_entropy(
+                self._cluster_logits(hidden, 0).float(), targets, reduction="none"
+            )
+        head = self._head_log_probs(hidden)
+        nll = torch.zeros(targets.shape, dtype=torch.float32, device=hidden.device)
+        for i, (start, end) in enumerate(self.bounds):
+            rows = ((targets >= start) & (targets < end)).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                continue
+            local = (targets[rows] - start).unsqueeze(1)
+            if i == 0:
+                log_prob = head[rows].gather(1, local).squeeze(1)
+            else:
+                tail = F.log_softmax(self._cluster_logits(hidden[rows], i).float(), dim=-1)
+                log_prob = head[rows, -i] + tail.gather(1, local).squeeze(1)
+            nll = nll.index_copy(0, rows, -log_prob)
+        return nll
+
+    def log_probs(self, hidden: Tensor) -> Tensor:
+        """Log-probabilities over the whole vocabulary, [N, n_token] float32."""
+        head = self._head_log_probs(hidden)
+        parts = [head[:, : self.bounds[0][1]]]
+        for i in range(1, self.n_clusters + 1):
+            tail = F.log_softmax(self._cluster_logits(hidden, i).float(), dim=-1)
+            parts.append(head[:, -i, None] + tail)
+        return torch.cat(parts, dim=-1)

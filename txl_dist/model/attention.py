@@ -1,0 +1,126 @@
+"""Relative multi-head attention of Transformer-XL (Dai et al. 2019, section 3.3), batch-first.
+
+Shapes: B batch, Q query (segment) length, M memory length, K = M + Q key length, H heads,
+D head size. The score of query i and key j is, with R the sinusoid of the distance i - j,
+
+    (a) q_i . k_j  +  (b) q_i . W_R R_{i-j}  +  (c) u . k_j  +  (d) v . W_R R_{i-j}
+
+(a)+(c) is one product of (q + u) with the keys, which scaled_dot_product_attention computes;
+(b)+(d) is (q + v) against the projected relative encodings, realigned by `rel_shift` and passed
+in as the additive attention bias together with the causal / same-length mask.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from txl_dist.model.config import TXLConfig
+
+
+def sinusoid_encoding(distances: Tensor, d_model: int) -> Tensor:
+    """[K] float distances -> [K, d_model] encodings, sin half then cos half (as the reference)."""
+    inv_freq = 1.0 / (
+        10000
+        ** (torch.arange(0, d_model, 2, device=distances.device, dtype=torch.float32) / d_model)
+    )
+    angles = distances.float()[:, None] * inv_freq[None, :]  # [K, d_model/2]
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)  # [K, d_model]
+
+
+def relative_distances(key_len: int, clamp_len: int, device: torch.device) -> Tensor:
+    """Distances K-1 ... 0 for relative-encoding slots 0 ... K-1, clamped above at clamp_len."""
+    distances = torch.arange(key_len - 1, -1, -1.0, device=device)
+    return distances.clamp(max=clamp_len) if clamp_len > 0 else distances
+
+
+def attention_mask(
+    q_len: int, m_len: int, mem_len: int, same_length: bool, device: torch.device
+) -> Tensor:
+    """[Q, K] bool, True where query i (absolute position M+i) may attend to key j.
+
+    Causal over [memory; segment]; with same_length each query also sees at most mem_len keys
+    (itself included), so every prediction gets the same context length at evaluation.
+    """
+    query_pos = torch.arange(q_len, device=device)[:, None] + m_len  # [Q, 1]
+    key_pos = torch.arange(m_len + q_len, device=device)[None, :]  # [1, K]
+    allowed = key_pos <= query_pos  # [Q, K]
+    if same_length:
+        allowed &= key_pos > query_pos - mem_len
+    return allowed
+
+
+def rel_shift(scores: Tensor) -> Tensor:
+    """Realign position scores: out[..., i, j] = scores[..., i, j + Q - 1 - i] for j <= i + M.
+
+    `scores[..., i, p]` pairs query i with relative slot p (distance K-1-p); after the shift,
+    column j holds the slot of distance M + i - j. Entries above that diagonal are junk that the
+    causal mask removes. Padding one zero column and re-viewing does this without a gather.
+    """
+    b, h, q, k = scores.shape
+    padded = F.pad(scores, (1, 0))  # [B, H, Q, K+1]
+    return padded.view(b, h, k + 1, q)[:, :, 1:].reshape(b, h, q, k)  # [B, H, Q, K]
+
+
+class RelMultiHeadAttention(nn.Module):
+    """Multi-head attention with relative positions over [memory; segment], plus residual and LN."""
+
+    def __init__(self, config: TXLConfig):
+        super().__init__()
+        self.n_head, self.d_head = config.n_head, config.d_head
+        self.pre_lnorm = config.pre_lnorm
+        self.dropatt = config.dropatt
+        self.scale = config.d_head**-0.5
+        inner = config.n_head * config.d_head
+        # Names follow the reference code so its users recognise the state dict.
+        self.qkv_net = nn.Linear(config.d_model, 3 * inner, bias=False)
+        self.r_net = nn.Linear(config.d_model, inner, bias=False)
+        self.o_net = nn.Linear(inner, config.d_model, bias=False)
+        self.layer_norm = nn.LayerNorm(config.d_model)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        h: Tensor,
+        mem: Tensor,
+        pos_enc: Tensor,
+        r_w_bias: Tensor,
+        r_r_bias: Tensor,
+        allowed: Tensor,
+    ) -> Tensor:
+        """h [B, Q, d_model], mem [B, M, d_model], pos_enc [K, d_model], allowed [Q, K] bool."""
+        b, q_len, _ = h.shape
+        context = torch.cat([mem, h], dim=1)  # [B, K, d_model]
+        if self.pre_lnorm:
+            context = self.layer_norm(context)
+        k_len = context.size(1)
+
+        # Queries only for the segment: memory positions need keys and values, never queries.
+        inner = self.n_head * self.d_head
+        w_q, w_kv = self.qkv_net.weight.split([inner, 2 * inner])
+        query = F.linear(context[:, -q_len:], w_q)  # [B, Q, H*D]
+        key, value = F.linear(context, w_kv).chunk(2, dim=-1)  # [B, K, H*D] each
+        query, key, value = (
+            t.view(b, -1, self.n_head, self.d_head).transpose(1, 2)  # [B, H, Q or K, D]
+            for t in (query, key, value)
+        )
+        r_key = (
+            self.r_net(pos_enc).view(k_len, self.n_head, self.d_head).permute(1, 2, 0)
+        )  # [H, D, K]
+
+        # Terms (b)+(d): [B, H, Q, D] @ [H, D, K] -> [B, H, Q, K], then realigned by distance.
+        position_scores = rel_shift(torch.matmul(query + r_r_bias[:, None], r_key))
+        bias = (position_scores * self.scale).masked_fill(~allowed, float("-inf"))  # [B, H, Q, K]
+
+        # Terms (a)+(c) inside SDPA: softmax((q + u) k^T * scale + bias) @ v -> [B, H, Q, D]
+        attended = F.scaled_dot_product_attention(
+            query + r_w_bias[:, None],
+            key,
+            value,
+            attn_mask=bias.to(value.dtype),
+            dropout_p=self.dropatt if self.training else 0.0,
+            scale=self.scale,
+        )
+        out = self.drop(self.o_net(attended.transpose(1, 2).reshape(b, q_len, inner)))  # [B, Q, d]
+        return h + out if self.pre_lnorm else self.layer_norm(h + out)

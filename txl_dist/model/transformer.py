@@ -1,0 +1,252 @@
+"""The Transformer-XL language model: layers, segment-level recurrence, save / load.
+
+Numerics follow the reference `MemTransformerLM` with attn_type=0; tensors are batch-first.
+Memory: for each layer, the last `mem_len` hidden states that entered it, detached, so
+gradients never cross a segment boundary (section 3.2 of the paper).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from txl_dist.model.adaptive import AdaptiveEmbedding, AdaptiveLogSoftmax
+from txl_dist.model.attention import (
+    RelMultiHeadAttention,
+    attention_mask,
+    relative_distances,
+    sinusoid_encoding,
+)
+from txl_dist.model.config import TXLConfig
+
+CONFIG_FILE = "config.json"
+SAFETENSORS_FILE = "model.safetensors"
+TORCH_FILE = "pytorch_model.bin"
+
+
+@dataclass
+class TXLOutput:
+    """What one forward pass returns."""
+
+    loss: Tensor | None
+    """Per-token NLL [B, T] (float32) when targets were given."""
+    mems: list[Tensor]
+    """New memory, one [B, mem_len or less, d_model] tensor per layer, detached."""
+    log_probs: Tensor | None
+    """Log-probabilities [B, T, n_token] (float32) when no targets were given."""
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward block with residual and layer norm."""
+
+    def __init__(self, config: TXLConfig):
+        super().__init__()
+        self.pre_lnorm = config.pre_lnorm
+        self.CoreNet = nn.Sequential(  # noqa: N815 (reference state-dict name)
+            nn.Linear(config.d_model, config.d_inner),
+            nn.ReLU(inplace=True),
+            nn.Dropout(config.dropout),
+            nn.Linear(config.d_inner, config.d_model),
+            nn.Dropout(config.dropout),
+        )
+        self.layer_norm = nn.LayerNorm(config.d_model)
+
+    def forward(self, h: Tensor) -> Tensor:
+        if self.pre_lnorm:
+            return h + self.CoreNet(self.layer_norm(h))
+        return self.layer_norm(h + self.CoreNet(h))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: TXLConfig):
+        super().__init__()
+        self.dec_attn = RelMultiHeadAttention(config)
+        self.pos_ff = FeedForward(config)
+
+    def forward(self, h, mem, pos_enc, r_w_bias, r_r_bias, allowed) -> Tensor:
+        return self.pos_ff(self.dec_attn(h, mem, pos_enc, r_w_bias, r_r_bias, allowed))
+
+
+class TransformerXL(nn.Module):
+    """Transformer-XL language model: `model(input_ids, targets=None, mems=None) -> TXLOutput`."""
+
+    def __init__(self, config: TXLConfig):
+        super().__init__()
+        self.config = config
+        self.word_emb = AdaptiveEmbedding(config)
+        self.drop = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_layer))
+        # u and v of the paper: one pair shared by all layers, as in the reference code.
+        self.r_w_bias = nn.Parameter(torch.empty(config.n_head, config.d_head))
+        self.r_r_bias = nn.Parameter(torch.empty(config.n_head, config.d_head))
+        self.crit = AdaptiveLogSoftmax(config)
+        self.apply(self._init_weights)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Share output weights / projections with the input ones, as the config asks."""
+        cfg = self.config
+        if cfg.tie_weight:
+            for out_layer, emb_layer in zip(self.crit.out_layers, self.word_emb.emb_layers):
+                out_layer.weight = emb_layer.weight
+        for i, tie in enumerate(cfg.tie_projs):
+            if tie and cfg.div_val == 1 and cfg.d_model != cfg.d_embed:
+                self.crit.out_projs[i] = self.word_emb.emb_projs[0]
+            elif tie and cfg.div_val != 1:
+                self.crit.out_projs[i] = self.word_emb.emb_projs[i]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """The reference `weights_init` with init='normal'."""
+        std, proj_std = self.config.init_std, self.config.proj_init_std
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, 0.0, std)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.normal_(module.weight, 1.0, std)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, (AdaptiveEmbedding, AdaptiveLogSoftmax)):
+            for proj in (
+                module.emb_projs if isinstance(module, AdaptiveEmbedding) else module.out_projs
+            ):
+                nn.init.normal_(proj, 0.0, proj_std)
+            if isinstance(module, AdaptiveLogSoftmax) and module.n_clusters:
+                nn.init.normal_(module.cluster_weight, 0.0, std)
+                nn.init.zeros_(module.cluster_bias)
+        elif isinstance(module, TransformerXL):
+            nn.init.normal_(module.r_w_bias, 0.0, std)
+            nn.init.normal_(module.r_r_bias, 0.0, std)
+
+    def set_lengths(
+        self,
+        tgt_len: int | None = None,
+        mem_len: int | None = None,
+        clamp_len: int | None = None,
+        same_length: bool | None = None,
+    ) -> None:
+        """Change context lengths (e.g. to the evaluation ones); weights are unaffected."""
+        changes = dict(
+            tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, same_length=same_length
+        )
+        for name, value in changes.items():
+            if value is not None:
+                setattr(self.config, name, value)
+        self.config.validate()
+
+    def init_mems(self, batch_size: int) -> list[Tensor]:
+        """Empty memory [B, 0, d_model] for each layer, on the model's device and dtype."""
+        param = self.r_w_bias
+        empty = torch.empty(
+            batch_size, 0, self.config.d_model, dtype=param.dtype, device=param.device
+        )
+        return [empty] * self.config.n_layer
+
+    def forward(
+        self, input_ids: Tensor, targets: Tensor | None = None, mems: list[Tensor] | None = None
+    ) -> TXLOutput:
+        """input_ids, targets: [B, T] int64; mems: from the previous segment (None: no memory)."""
+        cfg = self.config
+        batch, q_len = input_ids.shape
+        if mems is None:
+            mems = self.init_mems(batch)
+        m_len = mems[0].size(1)
+        device = input_ids.device
+
+        allowed = attention_mask(q_len, m_len, cfg.mem_len, cfg.same_length, device)  # [Q, K]
+        distances = relative_distances(m_len + q_len, cfg.clamp_len, device)  # [K]
+        pos_enc = self.drop(sinusoid_encoding(distances, cfg.d_model))  # [K, d_model]
+
+        h = self.drop(self.word_emb(input_ids))  # [B, Q, d_model]
+        layer_inputs = []
+        for layer, mem in zip(self.layers, mems):
+            layer_inputs.append(h)
+            h = layer(h, mem, pos_enc, self.r_w_bias, self.r_r_bias, allowed)
+        new_mems = self._update_mems(layer_inputs, mems)
+        hidden = self.drop(h).reshape(batch * q_len, cfg.d_model)
+
+        if targets is None:
+            log_probs = self.crit.log_probs(hidden).view(batch, q_len, -1)
+            return TXLOutput(loss=None, mems=new_mems, log_probs=log_probs)
+        loss = self.crit(hidden, targets.reshape(-1)).view(batch, q_len)
+        return TXLOutput(loss=loss, mems=new_mems, log_probs=None)
+
+    @torch.no_grad()
+    def _update_mems(self, layer_inputs: list[Tensor], mems: list[Tensor]) -> list[Tensor]:
+        """Keep the last mem_len states of [old memory; this segment] for each layer."""
+        new_mems = []
+        for mem, h in zip(mems, layer_inputs):
+            context = torch.cat([mem.to(h.dtype), h], dim=1)  # [B, M+Q, d_model]
+            start = max(0, context.size(1) - self.config.mem_len)
+            new_mems.append(context[:, start:].detach())
+        return new_mems
+
+    # ---- plain-PyTorch checkpoints: config.json + model.safetensors (or pytorch_model.bin) ----
+
+    def save_pretrained(self, directory: str | os.PathLike, format: str = "safetensors") -> None:
+        """Write config.json and the weights; tied tensors are stored once."""
+        os.makedirs(directory, exist_ok=True)
+        weights = _unaliased_state_dict(self)
+        if format == "safetensors":
+            from safetensors.torch import save_file
+
+            save_file(weights, os.path.join(directory, SAFETENSORS_FILE), metadata={"format": "pt"})
+        elif format == "torch":
+            torch.save(weights, os.path.join(directory, TORCH_FILE))
+        else:
+            raise ValueError(f"format must be 'safetensors' or 'torch', got {format!r}")
+        # The config goes last: a directory with a config.json holds complete weights.
+        with open(os.path.join(directory, CONFIG_FILE), "w") as f:
+            json.dump(self.config.to_dict(), f, indent=2)
+
+    @classmethod
+    def from_pretrained(
+        cls, directory: str | os.PathLike, map_location: str | torch.device = "cpu"
+    ) -> TransformerXL:
+        """Load what `save_pretrained` (or txl-export) wrote, with torch (and safetensors) only."""
+        config_path = os.path.join(directory, CONFIG_FILE)
+        if not os.path.exists(config_path):
+            raise FileNotFoundError(
+                f"{config_path} not found: pass a directory that save_pretrained or "
+                "txl-export wrote"
+            )
+        with open(config_path) as f:
+            config = TXLConfig.from_dict(json.load(f))
+        weights = _load_weights(directory, map_location)
+        with torch.device("meta"):
+            model = cls(config)
+        missing, unexpected = model.load_state_dict(weights, strict=False, assign=True)
+        model.tie_weights()
+        untied_missing = [k for k in missing if k not in _aliased_names(model)]
+        if untied_missing or unexpected:
+            raise ValueError(
+                f"weights in {directory} do not match config.json: missing {untied_missing}, "
+                f"unexpected {unexpected}"
+            )
+        return model.eval()
+
+
+def _aliased_names(model: nn.Module) -> set[str]:
+    """Parameter names that repeat a parameter an earlier name holds (tied weights)."""
+    first_names = dict(model.named_parameters())
+    return {name for name, _ in model.named_parameters(remove_duplicate=False)} - set(first_names)
+
+
+def _unaliased_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    aliases = _aliased_names(model)
+    return {k: v.contiguous() for k, v in model.state_dict().items() if k not in aliases}
+
+
+def _load_weights(directory, map_location) -> dict[str, Tensor]:
+    safetensors_path = os.path.join(directory, SAFETENSORS_FILE)
+    torch_path = os.path.join(directory, TORCH_FILE)
+    if os.path.exists(safetensors_path):
+        from safetensors.torch import load_file
+
+        return load_file(safetensors_path, device=str(map_location))
+    if os.path.exists(torch_path):
+        return torch.load(torch_path, map_location=map_location, weights_only=True)
+    raise FileNotFoundError(f"no {SAFETENSORS_FILE} or {TORCH_FILE} in {directory}")
