@@ -1,0 +1,434 @@
+"""Corpus readers: locate the split files of a source, cut them at document boundaries, tokenize.
+
+Sources (``--source``): a local path or any fsspec URL naming a directory, a single file, or an
+archive (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``). Archives are downloaded into a cache
+directory (checked against a checksum when one is known or given) and extracted there once.
+Without ``--source`` the dataset's official archive is used, checked against its published
+checksum (``OFFICIAL_SOURCES``).
+
+Split files by dataset:
+
+* WikiText (``wikitext-103``, ``wikitext-2``): ``wiki.{train,valid,test}.tokens`` (official names)
+  or ``{train,valid,test}.txt``. Each line is split on whitespace and gets ``<eos>``, blank lines
+  included (reference ``tokenize(add_eos=True)``). An article starts at the ``" "`` line directly
+  before a `` = Title = `` line that has a ``" "`` line after it too. A file that does not end
+  with a newline is a cut prefix: its last (partial) article is dropped, with a warning.
+* lm1b: training files ``news.en-NNNNN-of-00100``; held-out ``news.en.heldout-00000-of-00050*``
+  is both ``valid`` and ``test``, as in the reference ``getdata.sh``. Each line is a sentence and
+  a document, encoded ``<S> w1 ... wn <S>`` (reference ``add_double_eos``).
+* text: UTF-8 files under ``train/``, ``valid/``, ``test/`` subdirectories, else files whose name
+  contains the split name, else every file is ``train``. Lines are tokenized as WikiText; a
+  document is a whole file (``text_docs="file"``) or a block between blank lines
+  (``text_docs="block"``, the blank lines themselves are not tokens).
+
+A single file source belongs to the split its name mentions (``train`` when none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import posixpath
+import re
+import tarfile
+import zipfile
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import fsspec
+import numpy as np
+from tqdm import tqdm
+
+from data_pipeline.errors import ChecksumError, CorpusFormatError, SourceUnreachableError
+from data_pipeline.vocab import EOS, SENTENCE, UNK_LM1B, UNK_WIKI
+
+log = logging.getLogger(__name__)
+
+DATASETS = ("wikitext-103", "wikitext-2", "lm1b", "text")
+SPLITS = ("train", "valid", "test")
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
+# A character that never occurs in text corpora; it stands for a line end while splitting.
+MARK = "\x00"
+TITLE_BOUNDARY = re.compile(r"^ \n = [^=\n][^\n]*[^=\n] = \n \n", re.M)
+BLANK_RUN = re.compile(r"\n(?:[^\S\n]*\n)+")
+LM1B_TRAIN = re.compile(r"news\.en-\d{5}-of-00100$")
+LM1B_HELDOUT = re.compile(r"news\.en\.heldout-00000-of-00050")
+
+
+@dataclass(frozen=True)
+class Download:
+    """An official archive and its published checksum."""
+
+    url: str
+    """Where the archive is published."""
+    algorithm: str
+    """hashlib name of the published checksum (md5 or sha256)."""
+    digest: str
+    """The published checksum, hex."""
+
+
+OFFICIAL_SOURCES = {
+    # md5 as published with the dataset (also used by torchtext).
+    "wikitext-103": Download(
+        "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip",
+        "md5",
+        "9ddaacaf6af0710eda8c456decff7832",
+    ),
+    "wikitext-2": Download(
+        "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-v1.zip",
+        "md5",
+        "542ccefacc6c27f945fb54453812b3cd",
+    ),
+    # sha256 from tensorflow_datasets' lm1b checksums.tsv (1,792,209,805 bytes).
+    "lm1b": Download(
+        "http://www.statmt.org/lm-benchmark/1-billion-word-language-modeling-benchmark-r13output.tar.gz",
+        "sha256",
+        "01ba60381110baf7f189dfd2b8374de371e8c9a340835793f190bdae9e90a34e",
+    ),
+}
+
+SPECIALS = {"wikitext": [EOS], "lm1b": [SENTENCE, UNK_LM1B], "text": [EOS, UNK_WIKI]}
+DEFAULT_MIN_COUNT = {"wikitext": 0, "lm1b": 3, "text": 1}
+
+
+def family(dataset: str) -> str:
+    """The tokenization family of a dataset name: wikitext, lm1b or text."""
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
+    return "wikitext" if dataset.startswith("wikitext") else dataset
+
+
+@dataclass
+class EncodedChunk:
+    """Tokens of a run of whole documents, with ids local to the chunk."""
+
+    words: list[str]
+    """Distinct words in first-appearance order; local id i is words[i]."""
+    ids: np.ndarray
+    """int32 local ids of every token, in corpus order."""
+    doc_lengths: np.ndarray
+    """int64 token count of each document; sums to len(ids)."""
+    chars: int
+    """Characters of source text this chunk covers (for progress)."""
+
+
+# ---------------------------------------------------------------- sources, archives, downloads
+
+
+def parse_checksum(spec: str) -> tuple[str, str]:
+    """``ALGO:HEX`` (e.g. ``sha256:ab12...``) -> (algo, hex)."""
+    algorithm, _, digest = spec.partition(":")
+    if not digest or algorithm not in hashlib.algorithms_available:
+        raise ValueError(f"checksum {spec!r} must look like sha256:HEX or md5:HEX")
+    return algorithm, digest.lower()
+
+
+def resolve_source(
+    dataset: str,
+    source: str | None,
+    cache_dir: str,
+    checksum: str | None = None,
+    storage_options: dict | None = None,
+) -> str:
+    """A directory or file URL holding the corpus, downloading and extracting archives."""
+    expected = parse_checksum(checksum) if checksum else None
+    if source is None:
+        if dataset not in OFFICIAL_SOURCES:
+            raise ValueError(f"--source is required for dataset {dataset!r}")
+        official = OFFICIAL_SOURCES[dataset]
+        source, expected = official.url, expected or (official.algorithm, official.digest)
+    if not source.endswith(ARCHIVE_SUFFIXES):
+        return source
+    archive = fetch(source, Path(cache_dir), expected, storage_options or {})
+    return str(extract(archive))
+
+
+def fetch(url: str, cache: Path, expected: tuple[str, str] | None, storage_options: dict) -> Path:
+    """A local copy of ``url`` whose checksum was checked; reused when already cached."""
+    fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    if "file" in fs.protocol:
+        local = Path(path)
+    else:
+        local = cache / posixpath.basename(path)
+        if not local.exists():
+            download(fs, path, local, url)
+    if expected:
+        check_file_digest(local, *expected, url)
+    return local
+
+
+def download(fs, path: str, local: Path, url: str) -> None:
+    """Copy a remote file to ``local`` with a progress bar (atomically, via a .part file)."""
+    local.parent.mkdir(parents=True, exist_ok=True)
+    part = local.with_name(local.name + ".part")
+    try:
+        size = fs.size(path)
+        bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"download {local.name}")
+        with fs.open(path, "rb") as src, part.open("wb") as dst, bar:
+            while block := src.read(1 << 22):
+                dst.write(block)
+                bar.update(len(block))
+    except FileNotFoundError as err:
+        raise SourceUnreachableError(f"source {url} not found") from err
+    except OSError as err:
+        raise SourceUnreachableError(f"cannot download {url}: {err}") from err
+    part.replace(local)
+
+
+def check_file_digest(local: Path, algorithm: str, digest: str, url: str) -> None:
+    """Raise ChecksumError unless ``local`` hashes to ``digest``."""
+    h = hashlib.new(algorithm)
+    with local.open("rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    if h.hexdigest() != digest:
+        raise ChecksumError(
+            f"{url}: {algorithm} is {h.hexdigest()}, expected {digest}; the download is "
+            f"corrupt or not the official file. Delete {local} and retry, or pass the right "
+            f"--source-checksum"
+        )
+
+
+def extract(archive: Path) -> Path:
+    """Extract ``archive`` next to itself once (a ``.done`` marker records completion)."""
+    target = archive.with_name(archive.name + ".d")
+    done = target / ".done"
+    if done.exists():
+        return target
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(target)
+    else:
+        with tarfile.open(archive) as tf:
+            tf.extractall(target, filter="data")
+    done.touch()
+    return target
+
+
+# ---------------------------------------------------------------- split discovery
+
+
+def split_files(
+    dataset: str, source: str, storage_options: dict | None = None
+) -> dict[str, list[str]]:
+    """Map each split present in ``source`` to its files (fsspec URLs, sorted)."""
+    fs, root = fsspec.core.url_to_fs(source, **(storage_options or {}))
+    try:
+        is_dir = fs.isdir(root)
+        files = sorted(fs.find(root)) if is_dir else [root] if fs.exists(root) else []
+    except OSError as err:
+        raise SourceUnreachableError(f"cannot list source {source}: {err}") from err
+    if not files:
+        raise SourceUnreachableError(f"source {source} does not exist or holds no files")
+    paths = [p for p in files if not posixpath.basename(p).startswith(".")]
+    kind = family(dataset)
+    if not is_dir:
+        found = {s: paths for s in splits_named_in(posixpath.basename(root), kind)}
+    elif kind == "wikitext":
+        found = wikitext_files(paths)
+    elif kind == "lm1b":
+        found = lm1b_files(paths)
+    else:
+        found = text_files(paths, root)
+    if not found:
+        raise CorpusFormatError(f"no {dataset} split files found under {source}")
+    return {s: [fs.unstrip_protocol(p) for p in found[s]] for s in SPLITS if s in found}
+
+
+def splits_named_in(name: str, kind: str) -> list[str]:
+    """Splits a single file stands for, from its name."""
+    if kind == "lm1b" and LM1B_HELDOUT.search(name):
+        return ["valid", "test"]
+    named = [s for s in SPLITS if s in name]
+    return named[:1] or ["train"]
+
+
+def wikitext_files(paths: list[str]) -> dict[str, list[str]]:
+    """Official ``wiki.SPLIT.tokens`` names first, else ``SPLIT.txt``."""
+    found = {}
+    for split in SPLITS:
+        for name in (f"wiki.{split}.tokens", f"{split}.txt"):
+            hits = [p for p in paths if posixpath.basename(p) == name]
+            if hits:
+                found[split] = hits[:1]
+                break
+    return found
+
+
+def lm1b_files(paths: list[str]) -> dict[str, list[str]]:
+    """Training shards are ``train``; held-out shard 0 is ``valid`` and ``test``."""
+    train = [p for p in paths if LM1B_TRAIN.search(posixpath.basename(p))]
+    heldout = [p for p in paths if LM1B_HELDOUT.match(posixpath.basename(p))][:1]
+    found = {"train": train} if train else {}
+    if heldout:
+        found.update(valid=heldout, test=heldout)
+    return found
+
+
+def text_files(paths: list[str], root: str) -> dict[str, list[str]]:
+    """``SPLIT/`` subdirectories, else split names in file names, else all files are train."""
+    rel = {p: posixpath.relpath(p, root) for p in paths}
+    by_dir = {s: [p for p in paths if rel[p].startswith(s + "/")] for s in SPLITS}
+    if any(by_dir.values()):
+        return {s: f for s, f in by_dir.items() if f}
+    by_name = {s: [p for p in paths if s in posixpath.basename(p)] for s in SPLITS}
+    if any(by_name.values()):
+        return {s: f for s, f in by_name.items() if f}
+    return {"train": paths}
+
+
+# ---------------------------------------------------------------- reading at document boundaries
+
+
+def last_article_start(text: str) -> int:
+    """Offset of the last WikiText article start after offset 0, or -1."""
+    starts = [m.start() for m in TITLE_BOUNDARY.finditer(text, 1)]
+    return starts[-1] if starts else -1
+
+
+def after_last_line(text: str) -> int:
+    """Offset just after the last newline (an lm1b sentence boundary), or -1."""
+    return text.rfind("\n") + 1 or -1
+
+
+def after_last_blank_run(text: str) -> int:
+    """Offset just after the last run of blank lines (a text block boundary), or -1."""
+    ends = [m.end() for m in BLANK_RUN.finditer(text)]
+    return ends[-1] if ends else -1
+
+
+def whole_file(text: str) -> int:
+    """Never cut: a text file is one document."""
+    return -1
+
+
+BOUNDARY_FINDERS: dict[str, Callable[[str], int]] = {
+    "wikitext": last_article_start,
+    "lm1b": after_last_line,
+    "text-block": after_last_blank_run,
+    "text-file": whole_file,
+}
+
+
+def chunk_kind(dataset: str, text_docs: str = "block") -> str:
+    """Key of BOUNDARY_FINDERS / ENCODERS for a dataset."""
+    kind = family(dataset)
+    if kind != "text":
+        return kind
+    if text_docs not in ("block", "file"):
+        raise ValueError(f"text_docs must be 'block' or 'file', not {text_docs!r}")
+    return f"text-{text_docs}"
+
+
+def read_document_chunks(
+    url: str, kind: str, chunk_chars: int, storage_options: dict | None = None
+) -> Iterator[str]:
+    """Pieces of a corpus file of about ``chunk_chars`` that start and end at documents."""
+    find_cut = BOUNDARY_FINDERS[kind]
+    rest = ""
+    try:
+        with fsspec.open(url, "rt", encoding="utf-8", newline=None, **(storage_options or {})) as f:
+            while piece := f.read(chunk_chars):
+                buf = rest + piece
+                cut = find_cut(buf)
+                if cut <= 0:
+                    rest = buf
+                    continue
+                yield buf[:cut]
+                rest = buf[cut:]
+    except FileNotFoundError as err:
+        raise SourceUnreachableError(f"corpus file {url} not found") from err
+    except UnicodeDecodeError as err:
+        raise CorpusFormatError(f"{url} is not UTF-8 text: {err}") from err
+    if rest.endswith("\n") or not rest:
+        final = rest
+    elif kind == "wikitext":
+        cut = last_article_start(rest)
+        final = rest[: max(cut, 0)]
+        log.warning("%s does not end with a newline: dropped its last, cut article", url)
+    else:
+        final = rest + "\n"
+    if final.strip():
+        yield final
+
+
+# ---------------------------------------------------------------- tokenization
+
+
+def first_appearance_ids(words: list[str]) -> tuple[list[str], np.ndarray]:
+    """Distinct words in order of first appearance, and each word's index among them."""
+    index: defaultdict[str, int] = defaultdict()
+    index.default_factory = index.__len__  # a new word gets the next id, at C speed
+    ids = np.fromiter(map(index.__getitem__, words), dtype=np.int32, count=len(words))
+    return list(index), ids
+
+
+def marked_words(text: str, line_end: str) -> list[str]:
+    """Whitespace-split tokens of complete lines, with ``line_end`` (MARK) after each line."""
+    if MARK in text:
+        raise CorpusFormatError("corpus text contains a NUL character, which is not text")
+    return text.replace("\n", f" {line_end} ").split()
+
+
+def encode_lines(text: str, doc_starts_at_lines: list[int]) -> EncodedChunk:
+    """Lines + ``<eos>``; documents start at the given line numbers (0 is implied)."""
+    words, ids = first_appearance_ids(marked_words(text, MARK))
+    if MARK not in words:
+        return EncodedChunk(words, ids, np.zeros(0, np.int64), len(text))
+    mark_id = words.index(MARK)
+    line_ends = np.flatnonzero(ids == mark_id)
+    starts = line_ends[np.asarray(doc_starts_at_lines, dtype=np.int64) - 1] + 1
+    words[mark_id] = EOS
+    bounds = np.concatenate([[0], starts, [len(ids)]])
+    return EncodedChunk(words, ids, np.diff(bounds).astype(np.int64), len(text))
+
+
+def encode_wikitext(text: str) -> EncodedChunk:
+    """WikiText lines + ``<eos>``; articles start at title boundaries."""
+    lines, pos, doc_lines = 0, 0, []
+    for m in TITLE_BOUNDARY.finditer(text, 1):
+        lines += text.count("\n", pos, m.start())
+        pos = m.start()
+        doc_lines.append(lines)
+    return encode_lines(text, doc_lines)
+
+
+def encode_lm1b(text: str) -> EncodedChunk:
+    """Each line a sentence document ``<S> w1 ... wn <S>``."""
+    if MARK in text:
+        raise CorpusFormatError("corpus text contains a NUL character, which is not text")
+    double = f" {MARK} {MARK} "
+    words, ids = first_appearance_ids(f"{MARK} {text[:-1].replace(chr(10), double)} {MARK}".split())
+    mark_id = words.index(MARK)
+    marks = np.flatnonzero(ids == mark_id)
+    words[mark_id] = SENTENCE
+    return EncodedChunk(words, ids, (marks[1::2] - marks[0::2] + 1).astype(np.int64), len(text))
+
+
+def encode_text_blocks(text: str) -> EncodedChunk:
+    """Blank-line-separated blocks, each a document of lines + ``<eos>``."""
+    blocks = [b.strip("\n") for b in BLANK_RUN.split("\n" + text) if b.strip()]
+    line_counts = np.cumsum([b.count("\n") + 1 for b in blocks])
+    chunk = encode_lines("\n".join(blocks) + "\n", line_counts[:-1].tolist())
+    chunk.chars = len(text)
+    return chunk
+
+
+def encode_text_file(text: str) -> EncodedChunk:
+    """A whole file as one document of lines + ``<eos>``."""
+    return encode_lines(text, [])
+
+
+ENCODERS: dict[str, Callable[[str], EncodedChunk]] = {
+    "wikitext": encode_wikitext,
+    "lm1b": encode_lm1b,
+    "text-block": encode_text_blocks,
+    "text-file": encode_text_file,
+}
+
+
+def encode_chunk(kind: str, text: str) -> EncodedChunk:
+    """Tokenize one document-aligned piece of text (runs in worker processes)."""
+    return ENCODERS[kind](text)

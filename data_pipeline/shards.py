@@ -1,0 +1,349 @@
+"""Shards and manifests: webdataset tar files of whole documents, indexed for ranged reads.
+
+A prepared dataset at ``ROOT`` (any fsspec URL) looks like::
+
+    ROOT/vocab.txt                      token<TAB>count, one line per id
+    ROOT/{split}/manifest.json          see Manifest
+    ROOT/{split}/{split}-000000.tar     webdataset shards, uncompressed
+    ROOT/{split}/{split}-000001.tar ...
+
+Each shard holds samples keyed ``NNNNNNNN`` with two members: ``lengths.npy`` (int32 token count
+of each document in the sample) and ``tokens.npy`` (int32 token ids of those documents,
+concatenated). A sample holds whole documents and a shard whole samples, so no document straddles
+two shards. Tars are written with a fixed mtime, so the same input gives byte-identical shards.
+
+Because the tar is uncompressed, the manifest can point straight at the raw little-endian int32
+payloads inside it: ``sample_offsets[i]`` is the byte offset of sample i's first token and
+``lengths_offsets[i]`` that of its first document length. The lengths member precedes the tokens
+member, so bytes ``[lengths_offsets[i], sample_offsets[i] + 4 * sample_tokens[i])`` are the whole
+sample in one ranged read; ``sample_crc32[i]`` is the CRC-32 of exactly those bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import posixpath
+import tarfile
+import zlib
+from dataclasses import asdict, dataclass, field
+
+import fsspec
+import numpy as np
+import webdataset as wds
+
+from data_pipeline.errors import (
+    ChecksumError,
+    DataError,
+    ManifestError,
+    ShardCorruptError,
+    ShardMissingError,
+    ShardTruncatedError,
+    SourceUnreachableError,
+    VocabMismatchError,
+)
+from data_pipeline.vocab import Vocab
+
+FORMAT_VERSION = 1
+TOKEN_BYTES = 4
+VOCAB_FILE = "vocab.txt"
+
+
+def manifest_url(root: str, split: str) -> str:
+    """URL of a split's manifest in a dataset prepared at ``root``."""
+    return f"{root.rstrip('/')}/{split}/manifest.json"
+
+
+def vocab_url(root: str) -> str:
+    """URL of the vocabulary of a dataset prepared at ``root``."""
+    return f"{root.rstrip('/')}/{VOCAB_FILE}"
+
+
+@dataclass
+class ShardInfo:
+    """One shard file and the index of its samples."""
+
+    url: str
+    """Shard file name, relative to the manifest's directory."""
+    bytes: int
+    """Size of the shard file."""
+    sha256: str
+    """sha256 of the whole shard file, hex."""
+    tokens: int
+    """Tokens in the shard."""
+    documents: int
+    """Documents in the shard."""
+    sample_tokens: list[int] = field(default_factory=list)
+    """Tokens of each sample."""
+    sample_documents: list[int] = field(default_factory=list)
+    """Documents of each sample."""
+    sample_offsets: list[int] = field(default_factory=list)
+    """Byte offset of each sample's int32 token payload inside the tar."""
+    lengths_offsets: list[int] = field(default_factory=list)
+    """Byte offset of each sample's int32 document-length payload inside the tar."""
+    sample_crc32: list[int] = field(default_factory=list)
+    """CRC-32 of each sample's bytes [lengths offset, end of tokens)."""
+
+
+@dataclass
+class Manifest:
+    """Everything a reader needs to find any token of a split with one ranged read."""
+
+    format_version: int
+    """Layout version of shards and manifest (FORMAT_VERSION)."""
+    dataset: str
+    """Dataset name given to txl-prepare."""
+    split: str
+    """train, valid or test."""
+    vocab_size: int
+    """Number of token ids."""
+    vocab_sha256: str
+    """Vocab.sha256 of the vocabulary the ids refer to."""
+    tokens: int
+    """Tokens in the split."""
+    documents: int
+    """Documents in the split."""
+    oov_tokens: int
+    """Corpus words mapped to the unknown token because the vocabulary lacks them."""
+    fingerprint: str
+    """Hash of the inputs and options that produced this split (for reuse on rerun)."""
+    shards: list[ShardInfo]
+    """Shards in corpus order."""
+
+    def to_json(self) -> str:
+        """Serialized manifest."""
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str, url: str) -> Manifest:
+        """Parse a manifest, refusing unknown format versions."""
+        try:
+            raw = json.loads(text)
+            version = raw.get("format_version")
+            if version != FORMAT_VERSION:
+                raise ManifestError(
+                    f"{url}: format version {version}, this reader understands "
+                    f"{FORMAT_VERSION}; re-run txl-prepare"
+                )
+            raw["shards"] = [ShardInfo(**s) for s in raw["shards"]]
+            return cls(**raw)
+        except (ValueError, TypeError, KeyError) as err:
+            raise ManifestError(f"{url} is not a valid manifest: {err}") from err
+
+
+def read_bytes(url: str, storage_options: dict | None = None, what: str = "file") -> bytes:
+    """All bytes of ``url``, with missing/unreachable turned into DataErrors."""
+    try:
+        with fsspec.open(url, "rb", **(storage_options or {})) as f:
+            return f.read()
+    except FileNotFoundError as err:
+        raise (ShardMissingError if what == "shard" else ManifestError)(
+            f"{what} {url} not found; run txl-prepare to (re)create it"
+        ) from err
+    except OSError as err:
+        raise SourceUnreachableError(f"cannot read {what} {url}: {err}") from err
+
+
+def load_manifest(url: str, storage_options: dict | None = None) -> Manifest:
+    """Read and parse a manifest."""
+    return Manifest.from_json(read_bytes(url, storage_options, "manifest").decode(), url)
+
+
+def shard_url(manifest_url_: str, shard: ShardInfo) -> str:
+    """Absolute URL of a shard listed in the manifest at ``manifest_url_``."""
+    return posixpath.join(posixpath.dirname(manifest_url_), shard.url)
+
+
+# ---------------------------------------------------------------- writing
+
+
+class ShardSink:
+    """Packs documents into samples of about ``sample_tokens`` and samples into shards."""
+
+    def __init__(self, out_dir: str, split: str, sample_tokens: int, shard_tokens: int, fs):
+        self.out_dir, self.split, self.fs = out_dir.rstrip("/"), split, fs
+        self.sample_tokens, self.shard_tokens = sample_tokens, shard_tokens
+        self.shards: list[ShardInfo] = []
+        self.pending_tokens = np.zeros(0, np.int32)
+        self.pending_lengths = np.zeros(0, np.int64)
+        self.samples: list[tuple[np.ndarray, np.ndarray]] = []
+        self.samples_tokens = 0
+
+    def add(self, tokens: np.ndarray, doc_lengths: np.ndarray) -> None:
+        """Append whole documents; full samples are cut off as soon as possible."""
+        self.pending_tokens = np.concatenate([self.pending_tokens, tokens.astype(np.int32)])
+        self.pending_lengths = np.concatenate([self.pending_lengths, doc_lengths])
+        self.cut_samples(final=False)
+
+    def cut_samples(self, final: bool) -> None:
+        """Move full samples (or, if ``final``, everything) from pending into shards."""
+        ends = np.cumsum(self.pending_lengths)
+        start_doc, start_tok = 0, 0
+        while start_doc < len(ends) and (final or ends[-1] - start_tok >= self.sample_tokens):
+            # Last document that still fits; at least one, so long documents get their own sample.
+            stop = np.searchsorted(ends, start_tok + self.sample_tokens, side="right")
+            stop = max(stop, start_doc + 1)
+            end_tok = int(ends[stop - 1])
+            self.add_sample(
+                self.pending_tokens[start_tok:end_tok], self.pending_lengths[start_doc:stop]
+            )
+            start_doc, start_tok = stop, end_tok
+        self.pending_tokens = self.pending_tokens[start_tok:]
+        self.pending_lengths = self.pending_lengths[start_doc:]
+
+    def add_sample(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        """Queue a sample, first closing the shard if the sample would overflow it."""
+        if self.samples and self.samples_tokens + len(tokens) > self.shard_tokens:
+            self.write_shard()
+        self.samples.append((tokens, lengths.astype(np.int32)))
+        self.samples_tokens += len(tokens)
+
+    def write_shard(self) -> None:
+        """Write the queued samples as the next shard tar and index it."""
+        buf = io.BytesIO()
+        with wds.TarWriter(buf, mtime=0) as tar:
+            for i, (tokens, lengths) in enumerate(self.samples):
+                tar.write({"__key__": f"{i:08d}", "lengths.npy": lengths, "tokens.npy": tokens})
+        data = buf.getvalue()
+        name = f"{self.split}-{len(self.shards):06d}.tar"
+        self.fs.pipe_file(f"{self.out_dir}/{name}", data)
+        self.shards.append(index_shard(name, data, self.samples))
+        self.samples, self.samples_tokens = [], 0
+
+    def close(self) -> list[ShardInfo]:
+        """Flush everything and return the shard index."""
+        self.cut_samples(final=True)
+        if self.samples:
+            self.write_shard()
+        return self.shards
+
+
+def payload_offsets(data: bytes) -> list[int]:
+    """Byte offset of the raw array inside every .npy member of a tar, in member order."""
+    offsets = []
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar.getmembers():
+            npy = io.BytesIO(data[member.offset_data : member.offset_data + 4096])
+            version = np.lib.format.read_magic(npy)
+            if version == (1, 0):
+                np.lib.format.read_array_header_1_0(npy)
+            else:
+                np.lib.format.read_array_header_2_0(npy)
+            offsets.append(member.offset_data + npy.tell())
+    return offsets
+
+
+def index_shard(name: str, data: bytes, samples: list[tuple[np.ndarray, np.ndarray]]) -> ShardInfo:
+    """ShardInfo of a freshly written shard: members alternate lengths, tokens per sample."""
+    offsets = payload_offsets(data)
+    lengths_offsets, token_offsets = offsets[0::2], offsets[1::2]
+    sample_tokens = [len(t) for t, _ in samples]
+    crcs = [
+        zlib.crc32(data[lo : to + TOKEN_BYTES * n])
+        for lo, to, n in zip(lengths_offsets, token_offsets, sample_tokens)
+    ]
+    return ShardInfo(
+        url=name,
+        bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        tokens=sum(sample_tokens),
+        documents=sum(len(lens) for _, lens in samples),
+        sample_tokens=sample_tokens,
+        sample_documents=[len(lens) for _, lens in samples],
+        sample_offsets=token_offsets,
+        lengths_offsets=lengths_offsets,
+        sample_crc32=crcs,
+    )
+
+
+# ---------------------------------------------------------------- reading and checking samples
+
+
+def decode_sample(
+    span: bytes, shard: ShardInfo, index: int, url: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, doc lengths) of sample ``index`` from its bytes; checks size and CRC."""
+    lo, to, n = (
+        shard.lengths_offsets[index],
+        shard.sample_offsets[index],
+        shard.sample_tokens[index],
+    )
+    expected = to + TOKEN_BYTES * n - lo
+    if len(span) < expected:
+        raise ShardTruncatedError(
+            f"{url}: sample {index} is truncated ({len(span)} of {expected} bytes read); "
+            f"the shard is incomplete, re-run txl-prepare"
+        )
+    if len(span) > expected:
+        raise ShardCorruptError(
+            f"{url}: sample {index} read returned {len(span)} bytes, expected {expected}; "
+            f"the server ignored the byte range or the shard changed"
+        )
+    if zlib.crc32(span) != shard.sample_crc32[index]:
+        raise ShardCorruptError(
+            f"{url}: sample {index} is corrupt (CRC-32 mismatch); re-run txl-prepare"
+        )
+    lengths = np.frombuffer(span, "<i4", shard.sample_documents[index], 0)
+    tokens = np.frombuffer(span, "<i4", n, to - lo)
+    return tokens, lengths
+
+
+def verify(root: str, storage_options: dict | None = None) -> list[str]:
+    """Re-check a prepared dataset end to end; returns what was checked, raises on a problem."""
+    vocab = Vocab.load(vocab_url(root), storage_options)
+    fs, root_path = fsspec.core.url_to_fs(root, **(storage_options or {}))
+    splits = [s for s in ("train", "valid", "test") if fs.exists(f"{root_path}/{s}/manifest.json")]
+    if not splits:
+        raise ManifestError(f"no split manifests under {root}")
+    return [verify_split(manifest_url(root, s), vocab, storage_options) for s in splits]
+
+
+def verify_split(url: str, vocab: Vocab, storage_options: dict | None = None) -> str:
+    """Check one split: vocab identity, every shard's size and sha256, every sample."""
+    manifest = load_manifest(url, storage_options)
+    if manifest.vocab_sha256 != vocab.sha256 or manifest.vocab_size != len(vocab):
+        raise VocabMismatchError(
+            f"{url} was prepared with another vocabulary ({manifest.vocab_size} tokens, "
+            f"sha256 {manifest.vocab_sha256[:12]}) than vocab.txt ({len(vocab)}, "
+            f"{vocab.sha256[:12]}); re-run txl-prepare"
+        )
+    for shard in manifest.shards:
+        verify_shard(shard_url(url, shard), shard, len(vocab), storage_options)
+    return f"{url}: {len(manifest.shards)} shards, {manifest.tokens} tokens OK"
+
+
+def verify_shard(url: str, shard: ShardInfo, vocab_size: int, storage_options: dict | None) -> None:
+    """Size, sha256, per-sample CRC and id range of one shard."""
+    data = read_bytes(url, storage_options, "shard")
+    if len(data) < shard.bytes:
+        raise ShardTruncatedError(f"{url}: {len(data)} bytes, manifest says {shard.bytes}")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != shard.sha256:
+        raise ChecksumError(
+            f"{url}: sha256 {digest} does not match the manifest's {shard.sha256}; "
+            f"{first_bad_sample(data, shard, url)}"
+        )
+    for i in range(len(shard.sample_tokens)):
+        tokens, _ = sample_from_shard(data, shard, i, url)
+        if len(tokens) and (tokens.min() < 0 or tokens.max() >= vocab_size):
+            raise ShardCorruptError(f"{url}: sample {i} holds ids outside [0, {vocab_size})")
+
+
+def sample_from_shard(
+    data: bytes, shard: ShardInfo, index: int, url: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Decode sample ``index`` out of a whole shard's bytes."""
+    lo = shard.lengths_offsets[index]
+    end = shard.sample_offsets[index] + TOKEN_BYTES * shard.sample_tokens[index]
+    return decode_sample(data[lo:end], shard, index, url)
+
+
+def first_bad_sample(data: bytes, shard: ShardInfo, url: str) -> str:
+    """Name the first sample whose bytes fail their check (for checksum error messages)."""
+    for i in range(len(shard.sample_tokens)):
+        try:
+            sample_from_shard(data, shard, i, url)
+        except DataError as err:
+            return f"first bad sample: {err}"
+    return "every sample passes its CRC, so the damage is in tar headers or padding"

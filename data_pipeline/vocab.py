@@ -1,0 +1,98 @@
+"""Vocabulary: ordering exactly as the Transformer-XL reference code, encode/decode, identity hash.
+
+Ordering (reference ``Vocab.build_vocab``): the special tokens first, then every other token by
+descending count, ties broken by first appearance in the corpus (``Counter.most_common`` is a
+stable sort over insertion order). Tokens below ``min_count`` are left out; words missing from
+the vocabulary encode as its unknown token (``<unk>`` for WikiText/text, ``<UNK>`` for lm1b).
+
+File format (``vocab.txt``): one ``token<TAB>count`` line per id, in id order. Loading also
+accepts ``token count`` lines and bare ``token`` lines, such as the official lm1b
+``1b_word_vocab.txt``. ``sha256`` identifies the token list (not the counts), so a vocabulary
+reloaded from another file with the same tokens in the same order has the same hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+import fsspec
+import numpy as np
+
+from data_pipeline.errors import SourceUnreachableError, VocabMismatchError
+
+EOS = "<eos>"
+SENTENCE = "<S>"
+UNK_WIKI = "<unk>"
+UNK_LM1B = "<UNK>"
+
+
+class Vocab:
+    """An ordered token list with counts; ids are positions in the list."""
+
+    def __init__(self, tokens: Sequence[str], counts: Sequence[int] | None = None):
+        self.tokens = list(tokens)
+        self.counts = [0] * len(self.tokens) if counts is None else [int(c) for c in counts]
+        self.index = {tok: i for i, tok in enumerate(self.tokens)}
+        if len(self.index) != len(self.tokens):
+            raise VocabMismatchError("vocabulary lists a token twice; every token must be unique")
+        self.unk = next((t for t in (UNK_LM1B, UNK_WIKI) if t in self.index), None)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def sha256(self) -> str:
+        """Hash of the token list in id order (counts excluded)."""
+        return hashlib.sha256(("\n".join(self.tokens) + "\n").encode("utf-8")).hexdigest()
+
+    def lookup_table(self, words: Sequence[str]) -> np.ndarray:
+        """Ids of ``words`` as an int32 array; unknown words become the unknown token's id."""
+        unk_id = self.index.get(self.unk, -1) if self.unk else -1
+        table = np.fromiter(
+            (self.index.get(w, unk_id) for w in words), dtype=np.int32, count=len(words)
+        )
+        if unk_id < 0 and (table < 0).any():
+            missing = [w for w, i in zip(words, table) if i < 0][:5]
+            raise VocabMismatchError(
+                f"words {missing} are not in the vocabulary and it has no unknown token "
+                f"({UNK_WIKI} or {UNK_LM1B}); build the vocabulary from data that contains them"
+            )
+        return table
+
+    def encode(self, words: Iterable[str]) -> np.ndarray:
+        """Ids of a sequence of words (int32)."""
+        return self.lookup_table(list(words))
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        """Tokens of a sequence of ids."""
+        return [self.tokens[i] for i in np.asarray(ids).tolist()]
+
+    def save(self, url: str, storage_options: dict | None = None) -> None:
+        """Write ``token<TAB>count`` lines to ``url`` (any fsspec URL)."""
+        text = "".join(f"{t}\t{c}\n" for t, c in zip(self.tokens, self.counts))
+        with fsspec.open(url, "wt", encoding="utf-8", **(storage_options or {})) as f:
+            f.write(text)
+
+    @classmethod
+    def load(cls, url: str, storage_options: dict | None = None) -> Vocab:
+        """Read a vocabulary file: ``token[<whitespace>count]`` per line, id order."""
+        try:
+            with fsspec.open(url, "rt", encoding="utf-8", **(storage_options or {})) as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError as err:
+            raise SourceUnreachableError(f"vocabulary file {url} not found") from err
+        fields = [line.split() for line in lines if line.strip()]
+        return cls([f[0] for f in fields], [int(f[1]) if len(f) > 1 else 0 for f in fields])
+
+    @classmethod
+    def build(
+        cls, words: Sequence[str], counts: np.ndarray, specials: Sequence[str], min_count: int = 0
+    ) -> Vocab:
+        """Order ``words`` (given in first-appearance order) as the reference code does."""
+        counts = np.asarray(counts, dtype=np.int64)
+        by_count = np.argsort(-counts, kind="stable")
+        kept = by_count[counts[by_count] >= min_count]
+        count_of = dict(zip(words, counts.tolist()))
+        tokens = list(specials) + [words[i] for i in kept.tolist() if words[i] not in specials]
+        return cls(tokens, [count_of.get(t, 0) for t in tokens])

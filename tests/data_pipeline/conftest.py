@@ -1,0 +1,161 @@
+"""Fixtures: datasets prepared from ../shared/data, reference tokenizations, loopback servers."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import webdataset as wds
+
+from data_pipeline import prepare
+from data_pipeline.vocab import Vocab
+
+HERE = Path(__file__).parent
+# Small samples and shards so that even the test files span several of each.
+SMALL = {"sample_size": 20_000, "shard_size": 100_000, "progress": False}
+TITLE = re.compile(r"^ = [^=].*[^=] = $")
+
+
+def wikitext_reference(path: Path, drop_cut_last_article: bool = False) -> list[str]:
+    """Tokens as the Transformer-XL reference code makes them: line.split() + <eos> per line."""
+    with open(path, encoding="utf-8") as f:
+        lines = list(f)
+    if drop_cut_last_article:
+        starts = [
+            i - 1
+            for i in range(1, len(lines) - 1)
+            if TITLE.match(lines[i].rstrip("\n")) and lines[i - 1] == " \n" == lines[i + 1]
+        ]
+        lines = lines[: starts[-1]]
+    return [tok for line in lines for tok in line.strip().split() + ["<eos>"]]
+
+
+def lm1b_reference(path: Path) -> list[str]:
+    """Reference lm1b encoding: <S> w1 ... wn <S> per line."""
+    with open(path, encoding="utf-8") as f:
+        return [tok for line in f for tok in ["<S>", *line.strip().split(), "<S>"]]
+
+
+def decoded_split(root: Path, split: str) -> tuple[list[str], list[np.ndarray]]:
+    """All tokens of a split read back with webdataset itself, and each sample's doc lengths."""
+    vocab = Vocab.load(str(root / "vocab.txt"))
+    urls = sorted(glob.glob(str(root / split / "*.tar")))
+    samples = list(wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode())
+    tokens = np.concatenate([s["tokens.npy"] for s in samples])
+    return vocab.decode(tokens), [s["lengths.npy"] for s in samples]
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    """Block until something accepts on the port (or fail if the process died)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on port {port} after {timeout} s")
+
+
+@pytest.fixture(scope="session")
+def wt103(shared_data, tmp_path_factory) -> Path:
+    """WikiText-103 train prefix + valid, prepared the way the training engine does it."""
+    out = tmp_path_factory.mktemp("wt103")
+    prepare("wikitext-103", str(out), str(shared_data / "wikitext-103"), **SMALL)
+    return out
+
+
+@pytest.fixture(scope="session")
+def wt103_valid(wt103) -> str:
+    """Manifest URL of the WikiText-103 valid split."""
+    return str(wt103 / "valid" / "manifest.json")
+
+
+@pytest.fixture(scope="session")
+def lm1b(shared_data, tmp_path_factory) -> Path:
+    """The lm1b held-out part1 file, with a vocabulary built from itself (min count 1)."""
+    out = tmp_path_factory.mktemp("lm1b")
+    source = shared_data / "one-billion-word" / "news.en.heldout-00000-of-00050.part1"
+    prepare("lm1b", str(out), str(source), min_count=1, **SMALL)
+    return out
+
+
+@pytest.fixture
+def wt103_copy(wt103, tmp_path) -> Path:
+    """A private copy of the prepared WikiText-103 dataset, for tests that damage it."""
+    return Path(shutil.copytree(wt103, tmp_path / "copy"))
+
+
+class RangeServer:
+    """A range-capable HTTP server subprocess on loopback, and the requests it saw."""
+
+    def __init__(self, directory: Path, log: Path):
+        self.port, self.log = free_port(), log
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "range_server.py"),
+                str(directory),
+                str(self.port),
+                str(log),
+            ]
+        )
+        wait_for_port(self.port, self.proc)
+
+    def requests(self) -> list[str]:
+        """Logged ``METHOD PATH RANGE`` lines."""
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """Start a RangeServer for a directory: ``http_server(directory)``; stopped after the test."""
+    servers = []
+
+    def start(directory: Path) -> RangeServer:
+        servers.append(RangeServer(directory, tmp_path / f"http{len(servers)}.log"))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A moto S3 server on loopback (started and stopped by PID); yields its endpoint URL."""
+    port = free_port()
+    exe = Path(sys.executable).with_name("moto_server")
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"},
+    )
+    wait_for_port(port, proc)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=10)

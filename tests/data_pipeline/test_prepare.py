@@ -1,0 +1,191 @@
+"""txl-prepare on the real corpora: exact reference tokens, documents, vocab, reuse, CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data_pipeline import ChecksumError, Vocab, load_manifest, manifest_url, prepare
+from data_pipeline.prepare import main
+from tests.data_pipeline.conftest import (
+    SMALL,
+    decoded_split,
+    lm1b_reference,
+    wikitext_reference,
+)
+
+
+def check_documents_whole(root: Path, split: str, documents: int) -> None:
+    """Every sample's document lengths add up to its tokens; the manifest agrees with the tars."""
+    manifest = load_manifest(manifest_url(str(root), split))
+    _, lengths = decoded_split(root, split)
+    sample_tokens = [n for shard in manifest.shards for n in shard.sample_tokens]
+    assert [int(x.sum()) for x in lengths] == sample_tokens
+    assert sum(len(x) for x in lengths) == manifest.documents == documents
+    for shard in manifest.shards:
+        assert shard.tokens == sum(shard.sample_tokens)
+        assert shard.documents == sum(shard.sample_documents)
+
+
+def test_wikitext103_valid_round_trip(shared_data, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "wiki.valid.tokens").symlink_to(shared_data / "wikitext-103" / "wiki.valid.tokens")
+    manifests = prepare("wikitext-103", str(tmp_path / "out"), str(src), **SMALL)
+    assert list(manifests) == ["valid"]
+    tokens, _ = decoded_split(tmp_path / "out", "valid")
+    assert len(tokens) == manifests["valid"].tokens == 217_646
+    assert tokens == wikitext_reference(shared_data / "wikitext-103" / "wiki.valid.tokens")
+    assert len(manifests["valid"].shards) > 1
+    check_documents_whole(tmp_path / "out", "valid", 60)
+
+
+def test_wikitext103_train_prefix_drops_cut_article(wt103, shared_data):
+    tokens, _ = decoded_split(wt103, "train")
+    reference = wikitext_reference(
+        shared_data / "wikitext-103" / "wiki.train.tokens", drop_cut_last_article=True
+    )
+    assert tokens == reference
+    assert reference[-1] == "<eos>"
+    check_documents_whole(wt103, "train", 142)
+    assert not (wt103 / "test").exists()
+
+
+def test_vocab_is_reference_order_from_train(wt103, shared_data):
+    reference = wikitext_reference(
+        shared_data / "wikitext-103" / "wiki.train.tokens", drop_cut_last_article=True
+    )
+    # The reference: Counter over train, <eos> first, then most_common() (stable on ties).
+    expected = ["<eos>"] + [w for w, _ in Counter(reference).most_common() if w != "<eos>"]
+    vocab = Vocab.load(str(wt103 / "vocab.txt"))
+    assert vocab.tokens == expected
+    assert vocab.counts[:2] == [Counter(reference)["<eos>"], Counter(reference)[expected[1]]]
+
+
+def test_valid_words_missing_from_train_vocab_become_unk(wt103, shared_data):
+    vocab = Vocab.load(str(wt103 / "vocab.txt"))
+    reference = wikitext_reference(shared_data / "wikitext-103" / "wiki.valid.tokens")
+    expected = [w if w in vocab.index else "<unk>" for w in reference]
+    tokens, _ = decoded_split(wt103, "valid")
+    assert tokens == expected
+    manifest = load_manifest(manifest_url(str(wt103), "valid"))
+    assert manifest.oov_tokens == sum(w not in vocab.index for w in reference) > 0
+    assert manifest.vocab_sha256 == vocab.sha256 and manifest.vocab_size == len(vocab)
+
+
+def test_wikitext2_valid_and_test_round_trip(shared_data, tmp_path):
+    manifests = prepare("wikitext-2", str(tmp_path), str(shared_data / "wikitext-2"), **SMALL)
+    assert sorted(manifests) == ["test", "valid"]
+    for split, name, n in [("valid", "valid.txt", 217_646), ("test", "test.txt", 245_569)]:
+        tokens, _ = decoded_split(tmp_path, split)
+        assert len(tokens) == n
+        assert tokens == wikitext_reference(shared_data / "wikitext-2" / name)
+        check_documents_whole(tmp_path, split, 60)
+
+
+def test_lm1b_part1_round_trip(lm1b, shared_data):
+    path = shared_data / "one-billion-word" / "news.en.heldout-00000-of-00050.part1"
+    tokens, _ = decoded_split(lm1b, "valid")
+    assert len(tokens) == 77_645 + 2 * 3_000
+    assert tokens == lm1b_reference(path)
+    check_documents_whole(lm1b, "valid", 3_000)
+    vocab = Vocab.load(str(lm1b / "vocab.txt"))
+    assert vocab.tokens[:2] == ["<S>", "<UNK>"]
+
+
+def test_lm1b_given_vocab_maps_unknown_words(shared_data, tmp_path):
+    vocab_file = tmp_path / "1b_word_vocab.txt"
+    vocab_file.write_text("<S> 0\n</S> 0\n<UNK> 0\nthe 10\n, 5\n")
+    path = shared_data / "one-billion-word" / "news.en.heldout-00000-of-00050.part1"
+    prepare("lm1b", str(tmp_path / "out"), str(path), vocab=str(vocab_file), **SMALL)
+    tokens, _ = decoded_split(tmp_path / "out", "test")
+    assert tokens == [w if w in ("<S>", "the", ",") else "<UNK>" for w in lm1b_reference(path)]
+
+
+def test_text_dataset_documents_are_blocks_or_files(tmp_path):
+    src = tmp_path / "src"
+    (src / "train").mkdir(parents=True)
+    (src / "train" / "a.txt").write_text("one two\nthree\n\n\nfour five\n")
+    (src / "train" / "b.txt").write_text("six\n  \nseven eight")
+    blocks = prepare("text", str(tmp_path / "blocks"), str(src), **SMALL)
+    tokens, lengths = decoded_split(tmp_path / "blocks", "train")
+    expected = "one two <eos> three <eos> four five <eos> six <eos> seven eight <eos>"
+    assert " ".join(tokens) == expected
+    assert np.concatenate(lengths).tolist() == [5, 3, 2, 3] and blocks["train"].documents == 4
+    files = prepare("text", str(tmp_path / "files"), str(src), text_docs="file", **SMALL)
+    assert files["train"].documents == 2
+
+
+def test_rerun_reuses_finished_splits(wt103, shared_data):
+    tars = sorted((wt103 / "train").glob("*.tar")) + [wt103 / "valid" / "manifest.json"]
+    before = [p.stat().st_mtime_ns for p in tars]
+    prepare("wikitext-103", str(wt103), str(shared_data / "wikitext-103"), **SMALL)
+    assert [p.stat().st_mtime_ns for p in tars] == before
+
+
+def test_changed_options_rewrite(shared_data, tmp_path):
+    src = shared_data / "wikitext-2" / "valid.txt"
+    first = prepare("wikitext-2", str(tmp_path), str(src), **SMALL)["valid"]
+    again = prepare("wikitext-2", str(tmp_path), str(src), **{**SMALL, "sample_size": 50_000})
+    assert first.fingerprint != again["valid"].fingerprint
+    assert len(again["valid"].shards[0].sample_tokens) < len(first.shards[0].sample_tokens)
+
+
+def test_cli_prepare_and_verify(shared_data, tmp_path, capsys):
+    src = shared_data / "wikitext-2" / "test.txt"
+    out = tmp_path / "cli"
+    assert main(["--dataset", "wikitext-2", "--source", str(src), "--out", str(out),
+                 "--workers", "2", "--no-progress"]) == 0  # fmt: skip
+    assert "test: 245569 tokens, 60 documents" in capsys.readouterr().out
+    tokens, _ = decoded_split(out, "test")
+    assert tokens == wikitext_reference(src)
+    assert main(["--verify", str(out)]) == 0
+    assert "245569 tokens OK" in capsys.readouterr().out
+
+
+def wikitext_zip(shared_data: Path) -> bytes:
+    """An archive laid out like the official wikitext-103-v1.zip (valid file only)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.write(
+            shared_data / "wikitext-103" / "wiki.valid.tokens", "wikitext-103/wiki.valid.tokens"
+        )
+    return buf.getvalue()
+
+
+def test_download_checks_checksum_and_extracts(shared_data, tmp_path, http_server):
+    import hashlib
+
+    served = tmp_path / "served"
+    served.mkdir()
+    data = wikitext_zip(shared_data)
+    (served / "wikitext-103-v1.zip").write_bytes(data)
+    server = http_server(served)
+    url = f"{server.url}/wikitext-103-v1.zip"
+    with pytest.raises(ChecksumError, match="wikitext-103-v1.zip: sha256"):
+        prepare("wikitext-103", str(tmp_path / "bad"), url, source_checksum="sha256:" + "0" * 64,
+                cache_dir=str(tmp_path / "cache1"), **SMALL)  # fmt: skip
+    good = "sha256:" + hashlib.sha256(data).hexdigest()
+    manifests = prepare("wikitext-103", str(tmp_path / "out"), url, source_checksum=good,
+                        cache_dir=str(tmp_path / "cache2"), **SMALL)  # fmt: skip
+    assert manifests["valid"].tokens == 217_646 and manifests["valid"].documents == 60
+    assert any(line.startswith("GET /wikitext-103-v1.zip") for line in server.requests())
+
+
+def test_manifest_records_offsets_for_one_ranged_read(wt103):
+    manifest = json.loads((wt103 / "valid" / "manifest.json").read_text())
+    shard = manifest["shards"][1]
+    raw = (wt103 / "valid" / shard["url"]).read_bytes()
+    assert len(raw) == shard["bytes"]
+    start, n = shard["sample_offsets"][0], shard["sample_tokens"][0]
+    tokens, _ = decoded_split(wt103, "valid")
+    first = sum(manifest["shards"][0]["sample_tokens"])
+    vocab = Vocab.load(str(wt103 / "vocab.txt"))
+    ids = np.frombuffer(raw[start : start + 4 * n], "<i4")
+    assert vocab.decode(ids) == tokens[first : first + n]
