@@ -135,8 +135,9 @@ class Manifest:
 def read_bytes(url: str, storage_options: dict | None = None, what: str = "file") -> bytes:
     """All bytes of ``url``, with missing/unreachable turned into DataErrors."""
     try:
-        with fsspec.open(url, "rb", **(storage_options or {})) as f:
-            return f.read()
+        # cat_file, not open(): fsspec's HTTP open() reports a refused connection as not found.
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        return fs.cat_file(path)
     except FileNotFoundError as err:
         raise (ShardMissingError if what == "shard" else ManifestError)(
             f"{what} {url} not found; run txl-prepare to (re)create it"

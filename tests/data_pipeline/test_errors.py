@@ -1,0 +1,98 @@
+"""Every kind of bad data raises a clear error naming the file and sample; nothing is skipped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from data_pipeline import (
+    ChecksumError,
+    DataError,
+    ManifestError,
+    ShardCorruptError,
+    ShardMissingError,
+    ShardTruncatedError,
+    SourceUnreachableError,
+    TokenStreams,
+    VocabMismatchError,
+    manifest_url,
+    verify,
+)
+from data_pipeline.prepare import main
+
+from .conftest import free_port
+
+
+def read_epoch(root) -> None:
+    """Stream one whole epoch of the valid split (2 ranks' worth of rows on one rank)."""
+    for _ in TokenStreams(manifest_url(str(root), "valid"), 4, 100, epochs=1, block_tokens=3000):
+        pass
+
+
+def shard_and_sample(root, shard_no=1, sample=2) -> tuple:
+    """Path of a valid shard and the byte offset of one sample's tokens in it."""
+    manifest = json.loads((root / "valid" / "manifest.json").read_text())
+    shard = manifest["shards"][shard_no]
+    return root / "valid" / shard["url"], shard["sample_offsets"][sample], shard
+
+
+def test_missing_shard(wt103_copy):
+    path, _, _ = shard_and_sample(wt103_copy)
+    path.unlink()
+    with pytest.raises(
+        ShardMissingError, match=r"valid-000001\.tar: shard missing \(reading sample \d+\)"
+    ):
+        read_epoch(wt103_copy)
+    with pytest.raises(ShardMissingError, match=r"valid-000001\.tar not found"):
+        verify(str(wt103_copy))
+
+
+def test_truncated_shard(wt103_copy):
+    path, offset, _ = shard_and_sample(wt103_copy)
+    path.write_bytes(path.read_bytes()[: offset + 100])
+    with pytest.raises(ShardTruncatedError, match=r"valid-000001\.tar: sample \d+ is truncated"):
+        read_epoch(wt103_copy)
+    with pytest.raises(ShardTruncatedError, match=r"valid-000001\.tar"):
+        verify(str(wt103_copy))
+
+
+def test_corrupted_sample_and_sha256_mismatch(wt103_copy, capsys):
+    path, offset, _ = shard_and_sample(wt103_copy)
+    data = bytearray(path.read_bytes())
+    data[offset + 40] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ShardCorruptError, match=r"valid-000001\.tar: sample 2 is corrupt"):
+        read_epoch(wt103_copy)
+    with pytest.raises(ChecksumError, match=r"valid-000001\.tar: sha256 .* first bad sample.*2"):
+        verify(str(wt103_copy))
+    assert main(["--verify", str(wt103_copy)]) == 1
+    assert "valid-000001.tar" in capsys.readouterr().err
+
+
+def test_manifest_for_another_vocabulary(wt103_copy):
+    vocab = wt103_copy / "vocab.txt"
+    vocab.write_text(vocab.read_text() + "zz-not-in-the-corpus\t0\n")
+    with pytest.raises(VocabMismatchError, match=r"train/manifest.json was prepared with another"):
+        verify(str(wt103_copy))
+
+
+def test_model_vocab_size_mismatch(wt103):
+    with pytest.raises(VocabMismatchError, match="the model has 10"):
+        TokenStreams(manifest_url(str(wt103), "valid"), 2, 10, expected_vocab_size=10)
+
+
+def test_unreachable_url():
+    url = f"http://127.0.0.1:{free_port()}/data/valid/manifest.json"
+    with pytest.raises(SourceUnreachableError, match=f"cannot read manifest {url}"):
+        TokenStreams(url, 2, 10)
+
+
+def test_missing_manifest(tmp_path):
+    with pytest.raises(ManifestError, match=r"nowhere/valid/manifest.json not found"):
+        TokenStreams(manifest_url(str(tmp_path / "nowhere"), "valid"), 2, 10)
+
+
+def test_too_small_split_for_the_rows(wt103):
+    with pytest.raises(DataError, match="too few for 1000 rows"):
+        TokenStreams(manifest_url(str(wt103), "valid"), 1000, 500)
