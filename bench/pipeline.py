@@ -19,8 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import fsspec
+
 from data_pipeline import TokenStreams, manifest_url, prepare
-from data_pipeline.corpora import read_document_chunks
+from data_pipeline.corpora import usable_end
 
 REPO = Path(__file__).resolve().parents[1]
 RANGE_SERVER = REPO / "tests" / "data_pipeline" / "range_server.py"
@@ -31,12 +33,13 @@ from conftest import free_port, wait_for_port  # noqa: E402
 def build_corpus(shared: Path, target_mb: int, out_dir: Path) -> Path:
     """wiki.train.tokens of about ``target_mb`` MB made of whole articles of the train prefix."""
     prefix = shared / "wikitext-103" / "wiki.train.tokens"
-    articles = "".join(read_document_chunks(str(prefix), "wikitext", 1 << 22))
-    copies = max(1, round(target_mb * 1e6 / len(articles.encode())))
+    fs, path = fsspec.core.url_to_fs(str(prefix))
+    articles = prefix.read_bytes()[: usable_end(fs, path, str(prefix), "wikitext")]
+    copies = max(1, round(target_mb * 1e6 / len(articles)))
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "wiki.train.tokens"
-    path.write_text(articles * copies, encoding="utf-8")
-    return path
+    corpus = out_dir / "wiki.train.tokens"
+    corpus.write_bytes(articles * copies)
+    return corpus
 
 
 def time_prepare(source: Path, out: Path, workers: int) -> tuple[float, int, float]:

@@ -26,7 +26,6 @@ A single file source belongs to the split its name mentions (``train`` when none
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import logging
 import posixpath
@@ -34,7 +33,7 @@ import re
 import tarfile
 import zipfile
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,9 +50,17 @@ DATASETS = ("wikitext-103", "wikitext-2", "lm1b", "text")
 SPLITS = ("train", "valid", "test")
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 # A character that never occurs in text corpora; it stands for a line end while splitting.
-MARK = "\x00"
-TITLE_BOUNDARY = re.compile(r"^ \n = [^=\n][^\n]*[^=\n] = \n(?= \n)", re.M)
-BLANK_RUN = re.compile(r"\n(?:[^\S\n]*\n)+")
+MARK = b"\x00"
+TITLE_BOUNDARY = re.compile(rb"^ \r?\n = [^=\r\n][^\r\n]*[^=\r\n] = \r?\n(?= \r?\n)", re.M)
+BLANK_RUN = re.compile(rb"\n(?:[ \t\x0b\x0c]*\n)+")
+EMPTY_LINE = re.compile(rb"\n\r?\n")
+# Whitespace to str.split() that bytes.split() does not know, as UTF-8 and as text.
+EXOTIC_SPACE = re.compile(
+    rb"[\x1c-\x1f]|\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa8\xa9\xaf]|\xe2\x81\x9f|\xe3\x80\x80"
+)
+EXOTIC_SPACE_TEXT = re.compile(
+    "[\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+)
 LM1B_TRAIN = re.compile(r"news\.en-\d{5}-of-00100$")
 LM1B_HELDOUT = re.compile(r"news\.en\.heldout-00000-of-00050")
 
@@ -111,8 +118,13 @@ class EncodedChunk:
     """int32 local ids of every token, in corpus order."""
     doc_lengths: np.ndarray
     """int64 token count of each document; sums to len(ids)."""
-    chars: int
-    """Characters of source text this chunk covers (for progress)."""
+    source_bytes: int
+    """Bytes of the source file this chunk accounts for (for progress)."""
+
+    @classmethod
+    def empty(cls) -> EncodedChunk:
+        """A chunk without documents (a range holding no document start)."""
+        return cls([], np.zeros(0, np.int32), np.zeros(0, np.int64), 0)
 
 
 # ---------------------------------------------------------------- sources, archives, downloads
@@ -280,43 +292,39 @@ def text_files(paths: list[str], root: str) -> dict[str, list[str]]:
     return {"train": paths}
 
 
-# ---------------------------------------------------------------- reading at document boundaries
+# ---------------------------------------------------------------- document-aligned byte ranges
+#
+# A file is cut into nominal ranges of ``piece_bytes``; each worker moves both ends of its range
+# to the next document boundary itself (reading only a small window), so the main process never
+# reads text and neighbouring ranges agree on their common boundary.
 
 
-def last_article_start(text: str) -> int:
-    """Offset of the last WikiText article start after offset 0, or -1."""
-    # Scan growing windows from the end: articles are short, buffers are megabytes.
-    window = 1 << 16
-    while True:
-        begin = max(1, len(text) - window)
-        starts = [m.start() for m in TITLE_BOUNDARY.finditer(text, begin)]
-        if starts or begin == 1:
-            return starts[-1] if starts else -1
-        window *= 4
+def next_article(data: bytes, pos: int) -> int | None:
+    """First WikiText article start at or after ``pos``."""
+    m = TITLE_BOUNDARY.search(data, pos)
+    return m.start() if m else None
 
 
-def after_last_line(text: str) -> int:
-    """Offset just after the last newline (an lm1b sentence boundary), or -1."""
-    return text.rfind("\n") + 1 or -1
+def next_line(data: bytes, pos: int) -> int | None:
+    """First line start at or after ``pos`` (an lm1b sentence boundary)."""
+    if data[pos - 1 : pos] == b"\n":
+        return pos
+    i = data.find(b"\n", pos)
+    return i + 1 if i >= 0 else None
 
 
-def after_last_blank_run(text: str) -> int:
-    """Offset just after the last run of blank lines (a text block boundary), or -1."""
-    ends = [m.end() for m in BLANK_RUN.finditer(text)]
-    return ends[-1] if ends else -1
+def next_block(data: bytes, pos: int) -> int | None:
+    """First position after an empty line at or after ``pos`` (a text block boundary)."""
+    m = EMPTY_LINE.search(data, pos - 2)
+    return m.end() if m else None
 
 
-def whole_file(text: str) -> int:
-    """Never cut: a text file is one document."""
-    return -1
-
-
-BOUNDARY_FINDERS: dict[str, Callable[[str], int]] = {
-    "wikitext": last_article_start,
-    "lm1b": after_last_line,
-    "text-block": after_last_blank_run,
-    "text-file": whole_file,
+BOUNDARY_FINDERS: dict[str, Callable[[bytes, int], int | None]] = {
+    "wikitext": next_article,
+    "lm1b": next_line,
+    "text-block": next_block,
 }
+CONTEXT = 2  # bytes read before a search position so that "^" and "\n\n" see what precedes it
 
 
 def chunk_kind(dataset: str, text_docs: str = "block") -> str:
@@ -329,124 +337,132 @@ def chunk_kind(dataset: str, text_docs: str = "block") -> str:
     return f"text-{text_docs}"
 
 
-def decoded_pieces(url: str, size: int, storage_options: dict | None) -> Iterator[str]:
-    """UTF-8 text of a file in pieces of about ``size`` bytes, with universal newlines."""
-    # Faster than a text-mode file: one bulk decode per piece, newline fix-up only if needed.
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    held = ""
-    with fsspec.open(url, "rb", **(storage_options or {})) as f:
-        while True:
-            block = f.read(size)
-            text, held = held + decoder.decode(block, final=not block), ""
-            if block and text.endswith("\r"):  # its "\n" may start the next block
-                text, held = text[:-1], "\r"
-            if "\r" in text:
-                text = text.replace("\r\n", "\n").replace("\r", "\n")
-            if text:
-                yield text
-            if not block:
-                return
-
-
-def read_document_chunks(
-    url: str, kind: str, chunk_chars: int, storage_options: dict | None = None
-) -> Iterator[str]:
-    """Pieces of a corpus file of about ``chunk_chars`` that start and end at documents."""
-    find_cut = BOUNDARY_FINDERS[kind]
-    rest = ""
+def read_range(fs, path: str, start: int, stop: int, url: str) -> bytes:
+    """Bytes [start, stop) of a corpus file, with read failures as DataErrors."""
     try:
-        for piece in decoded_pieces(url, chunk_chars, storage_options):
-            buf = rest + piece
-            cut = find_cut(buf)
-            if cut <= 0:
-                rest = buf
-                continue
-            yield buf[:cut]
-            rest = buf[cut:]
+        return fs.cat_file(path, start, stop)
     except FileNotFoundError as err:
         raise SourceUnreachableError(f"corpus file {url} not found") from err
-    except UnicodeDecodeError as err:
-        raise CorpusFormatError(f"{url} is not UTF-8 text: {err}") from err
-    if rest.endswith("\n") or not rest:
-        final = rest
-    elif kind == "wikitext":
-        cut = last_article_start(rest)
-        final = rest[: max(cut, 0)]
-        log.warning("%s does not end with a newline: dropped its last, cut article", url)
-    else:
-        final = rest + "\n"
-    if final.strip():
-        yield final
+    except OSError as err:
+        raise SourceUnreachableError(f"cannot read corpus file {url}: {err}") from err
+
+
+def boundary_at_or_after(fs, path: str, url: str, kind: str, pos: int, end: int) -> int:
+    """First document boundary at or after byte ``pos`` of a file (``end`` if none)."""
+    if kind == "text-file":
+        return 0 if pos <= 0 else end
+    if pos <= 0 or pos >= end:
+        return min(max(pos, 0), end)
+    window = 1 << 16
+    while True:
+        lo, hi = max(pos - CONTEXT, 0), min(pos + window, end)
+        found = BOUNDARY_FINDERS[kind](read_range(fs, path, lo, hi, url), pos - lo)
+        if found is not None:
+            return lo + found
+        if hi == end:
+            return end
+        window *= 4
+
+
+def usable_end(fs, path: str, url: str, kind: str) -> int:
+    """File size, less a WikiText file's cut last article (the file lacks a final newline)."""
+    size = fs.size(path)
+    if kind != "wikitext" or size == 0 or read_range(fs, path, size - 1, size, url) == b"\n":
+        return size
+    window = 1 << 16
+    while True:
+        lo = max(size - window, 0)
+        data = read_range(fs, path, lo, size, url)
+        starts = [m.start() for m in TITLE_BOUNDARY.finditer(data, 0 if lo == 0 else CONTEXT)]
+        if starts or lo == 0:
+            end = lo + starts[-1] if starts else 0
+            log.warning("%s does not end with a newline: dropped its last, cut article", url)
+            return end
+        window *= 4
+
+
+def document_ranges(
+    url: str, kind: str, piece_bytes: int, storage_options: dict | None = None
+) -> list[tuple[str, int, int, int]]:
+    """Nominal (url, start, stop, end) pieces of a file; ``end`` is its usable size."""
+    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    try:
+        end = usable_end(fs, path, url, kind)
+    except FileNotFoundError as err:
+        raise SourceUnreachableError(f"corpus file {url} not found") from err
+    step = end if kind == "text-file" else piece_bytes
+    return [(url, a, min(a + step, end), end) for a in range(0, end, max(step, 1))]
 
 
 # ---------------------------------------------------------------- tokenization
 
 
-def first_appearance_ids(words: list[str]) -> tuple[list[str], np.ndarray]:
+def normalized(data: bytes) -> bytes:
+    """Bytes whose ASCII-whitespace split per line equals the reference's ``str.split()``."""
+    # Rare: CR line ends (the reference reads with universal newlines) or whitespace that only
+    # str.split() knows. Replacing the latter by spaces keeps the tokens (they separate words).
+    if b"\r" not in data and not EXOTIC_SPACE.search(data):
+        return data
+    text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    return EXOTIC_SPACE_TEXT.sub(" ", text).encode("utf-8")
+
+
+def first_appearance_ids(words: list[bytes]) -> tuple[list[bytes], np.ndarray]:
     """Distinct words in order of first appearance, and each word's index among them."""
-    index: defaultdict[str, int] = defaultdict()
+    index: defaultdict[bytes, int] = defaultdict()
     index.default_factory = index.__len__  # a new word gets the next id, at C speed
     ids = np.fromiter(map(index.__getitem__, words), dtype=np.int32, count=len(words))
     return list(index), ids
 
 
-def marked_words(text: str, line_end: str) -> list[str]:
-    """Whitespace-split tokens of complete lines, with ``line_end`` (MARK) after each line."""
-    if MARK in text:
-        raise CorpusFormatError("corpus text contains a NUL character, which is not text")
-    return text.replace("\n", f" {line_end} ").split()
-
-
-def encode_lines(text: str, doc_starts_at_lines: list[int]) -> EncodedChunk:
+def encode_lines(data: bytes, doc_starts_at_lines: list[int]) -> EncodedChunk:
     """Lines + ``<eos>``; documents start at the given line numbers (0 is implied)."""
-    words, ids = first_appearance_ids(marked_words(text, MARK))
+    words, ids = first_appearance_ids(data.replace(b"\n", b" \x00 ").split())
     if MARK not in words:
-        return EncodedChunk(words, ids, np.zeros(0, np.int64), len(text))
+        return EncodedChunk(words, ids, np.zeros(0, np.int64), len(data))
     mark_id = words.index(MARK)
     line_ends = np.flatnonzero(ids == mark_id)
     starts = line_ends[np.asarray(doc_starts_at_lines, dtype=np.int64) - 1] + 1
-    words[mark_id] = EOS
+    words[mark_id] = EOS.encode()
     bounds = np.concatenate([[0], starts, [len(ids)]])
-    return EncodedChunk(words, ids, np.diff(bounds).astype(np.int64), len(text))
+    return EncodedChunk(words, ids, np.diff(bounds).astype(np.int64), len(data))
 
 
-def encode_wikitext(text: str) -> EncodedChunk:
+def encode_wikitext(data: bytes) -> EncodedChunk:
     """WikiText lines + ``<eos>``; articles start at title boundaries."""
     lines, pos, doc_lines = 0, 0, []
-    for m in TITLE_BOUNDARY.finditer(text, 1):
-        lines += text.count("\n", pos, m.start())
+    for m in TITLE_BOUNDARY.finditer(data, 1):
+        lines += data.count(b"\n", pos, m.start())
         pos = m.start()
         doc_lines.append(lines)
-    return encode_lines(text, doc_lines)
+    return encode_lines(data, doc_lines)
 
 
-def encode_lm1b(text: str) -> EncodedChunk:
+def encode_lm1b(data: bytes) -> EncodedChunk:
     """Each line a sentence document ``<S> w1 ... wn <S>``."""
-    if MARK in text:
-        raise CorpusFormatError("corpus text contains a NUL character, which is not text")
-    double = f" {MARK} {MARK} "
-    words, ids = first_appearance_ids(f"{MARK} {text[:-1].replace(chr(10), double)} {MARK}".split())
+    marked = b"\x00 " + data[:-1].replace(b"\n", b" \x00 \x00 ") + b" \x00"
+    words, ids = first_appearance_ids(marked.split())
     mark_id = words.index(MARK)
     marks = np.flatnonzero(ids == mark_id)
-    words[mark_id] = SENTENCE
-    return EncodedChunk(words, ids, (marks[1::2] - marks[0::2] + 1).astype(np.int64), len(text))
+    words[mark_id] = SENTENCE.encode()
+    return EncodedChunk(words, ids, (marks[1::2] - marks[0::2] + 1).astype(np.int64), len(data))
 
 
-def encode_text_blocks(text: str) -> EncodedChunk:
+def encode_text_blocks(data: bytes) -> EncodedChunk:
     """Blank-line-separated blocks, each a document of lines + ``<eos>``."""
-    blocks = [b.strip("\n") for b in BLANK_RUN.split("\n" + text) if b.strip()]
-    line_counts = np.cumsum([b.count("\n") + 1 for b in blocks])
-    chunk = encode_lines("\n".join(blocks) + "\n", line_counts[:-1].tolist())
-    chunk.chars = len(text)
+    blocks = [b.strip(b"\n") for b in BLANK_RUN.split(b"\n" + data) if b.strip()]
+    line_counts = np.cumsum([b.count(b"\n") + 1 for b in blocks])
+    chunk = encode_lines(b"\n".join(blocks) + b"\n", line_counts[:-1].tolist())
+    chunk.source_bytes = len(data)
     return chunk
 
 
-def encode_text_file(text: str) -> EncodedChunk:
+def encode_text_file(data: bytes) -> EncodedChunk:
     """A whole file as one document of lines + ``<eos>``."""
-    return encode_lines(text, [])
+    return encode_lines(data, [])
 
 
-ENCODERS: dict[str, Callable[[str], EncodedChunk]] = {
+ENCODERS: dict[str, Callable[[bytes], EncodedChunk]] = {
     "wikitext": encode_wikitext,
     "lm1b": encode_lm1b,
     "text-block": encode_text_blocks,
@@ -454,6 +470,23 @@ ENCODERS: dict[str, Callable[[str], EncodedChunk]] = {
 }
 
 
-def encode_chunk(kind: str, text: str) -> EncodedChunk:
-    """Tokenize one document-aligned piece of text (runs in worker processes)."""
-    return ENCODERS[kind](text)
+def encode_range(
+    kind: str, url: str, start: int, stop: int, end: int, storage_options: dict | None = None
+) -> EncodedChunk:
+    """Tokenize the whole documents that begin in bytes [start, stop) (runs in workers)."""
+    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    first = boundary_at_or_after(fs, path, url, kind, start, end)
+    last = boundary_at_or_after(fs, path, url, kind, stop, end)
+    data = read_range(fs, path, first, last, url) if last > first else b""
+    if MARK in data:
+        raise CorpusFormatError(f"{url}: bytes {first}-{last} hold a NUL character: not text")
+    try:
+        data = normalized(data)
+        if data and not data.endswith(b"\n"):
+            data += b"\n"  # the final line of a file without a trailing newline
+        chunk = ENCODERS[kind](data) if data.strip() else EncodedChunk.empty()
+        chunk.words = [w.decode("utf-8") for w in chunk.words]
+    except UnicodeDecodeError as err:
+        raise CorpusFormatError(f"{url}: bytes {first}-{last} are not UTF-8 text: {err}") from err
+    chunk.source_bytes = stop - start
+    return chunk

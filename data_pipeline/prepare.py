@@ -16,9 +16,10 @@ Remote ``--out`` / ``--source``: options for fsspec go in ``--out-option KEY=VAL
 s3fs also honours the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_ENDPOINT_URL``), and fsspec reads ``FSSPEC_S3_ENDPOINT_URL``-style variables at import.
 
-Speed: text is read in ~4 MiB pieces that end at document boundaries; ``--workers`` processes
-tokenize pieces in parallel (split + one C-speed dict lookup per token); ids first count in order
-of first appearance, then one vectorised remap gives the reference vocabulary order.
+Speed: ``--workers`` processes each read and tokenize ~4 MiB pieces of the files (ends moved to
+document boundaries; bytes split + one C-speed dict lookup per token); the main process only
+merges ids, counted in order of first appearance, and one vectorised remap then gives the
+reference vocabulary order.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SHARD_TOKENS = 1 << 24
 DEFAULT_SAMPLE_TOKENS = 1 << 16
-CHUNK_CHARS = 1 << 22
+PIECE_BYTES = 1 << 22
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "txl-dist")
 
 
@@ -68,6 +69,7 @@ def prepare(
     shard_size: int = DEFAULT_SHARD_TOKENS,
     sample_size: int = DEFAULT_SAMPLE_TOKENS,
     workers: int = 1,
+    piece_bytes: int = PIECE_BYTES,
     min_count: int | None = None,
     text_docs: str = "block",
     source_checksum: str | None = None,
@@ -76,14 +78,19 @@ def prepare(
     source_options: dict | None = None,
     progress: bool = True,
 ) -> dict[str, Manifest]:
-    """Prepare ``dataset`` from ``source`` into ``out``; returns each split's manifest."""
+    """Prepare ``dataset`` from ``source`` into ``out``; returns each split's manifest.
+
+    ``workers`` processes tokenize pieces of ``piece_bytes`` in parallel; shards hold up to
+    ``shard_size`` tokens in samples of up to ``sample_size`` tokens (whole documents, so a
+    longer document is a sample of its own). Other arguments are the CLI's options.
+    """
     kind = corpora.chunk_kind(dataset, text_docs)
     family = corpora.family(dataset)
     min_count = corpora.DEFAULT_MIN_COUNT[family] if min_count is None else min_count
     root = corpora.resolve_source(dataset, source, cache_dir, source_checksum, source_options)
     files = corpora.split_files(dataset, root, source_options)
     job = Job(
-        dataset, kind, out.rstrip("/"), files, shard_size, sample_size, workers,
+        dataset, kind, out.rstrip("/"), files, shard_size, sample_size, (workers, piece_bytes),
         out_options or {}, source_options or {}, progress,
     )  # fmt: skip
     options = {"min_count": min_count, "vocab": file_identity(vocab, {}) if vocab else None}
@@ -119,11 +126,12 @@ class Job:
     """One txl-prepare run: where things are, the options, and the per-split steps."""
 
     def __init__(
-        self, dataset, kind, out, files, shard_size, sample_size, workers, out_options,
+        self, dataset, kind, out, files, shard_size, sample_size, parallelism, out_options,
         source_options, progress,
     ):  # fmt: skip
         self.dataset, self.kind, self.out, self.files = dataset, kind, out, files
-        self.shard_size, self.sample_size, self.workers = shard_size, sample_size, workers
+        self.shard_size, self.sample_size = shard_size, sample_size
+        self.workers, self.piece_bytes = parallelism
         self.out_options, self.source_options, self.progress = out_options, source_options, progress
         self.fs, self.out_path = fsspec.core.url_to_fs(out, **out_options)
 
@@ -180,19 +188,18 @@ class Job:
 
     def chunks(self, split: str) -> Iterator[EncodedChunk]:
         """Encoded document-aligned pieces of a split, in corpus order, with a progress bar."""
-        files = self.files[split]
-        total = sum(file_identity(f, self.source_options)[1] or 0 for f in files)
-        texts = (
-            text
-            for f in files
-            for text in corpora.read_document_chunks(f, self.kind, CHUNK_CHARS, self.source_options)
-        )
+        ranges = [
+            (self.kind, *r, self.source_options)
+            for f in self.files[split]
+            for r in corpora.document_ranges(f, self.kind, self.piece_bytes, self.source_options)
+        ]
+        total = sum(r[3] - r[2] for r in ranges)
         with tqdm(
             total=total, unit="B", unit_scale=True, desc=f"{self.dataset} {split}",
             disable=not self.progress,
         ) as bar:  # fmt: skip
-            for chunk in encode_in_parallel(self.kind, texts, self.workers):
-                bar.update(chunk.chars)
+            for chunk in encode_in_parallel(ranges, self.workers):
+                bar.update(chunk.source_bytes)
                 yield chunk
 
     def build_vocab_and_write(
@@ -284,16 +291,16 @@ def oov_mask(words: list[str], table: np.ndarray, voc: Vocab) -> np.ndarray:
     return (table == unk_id) & np.array([w != voc.unk for w in words], dtype=bool)
 
 
-def encode_in_parallel(kind: str, texts: Iterable[str], workers: int) -> Iterator[EncodedChunk]:
-    """encode_chunk over ``texts`` in order, with at most 2 pieces per worker in flight."""
+def encode_in_parallel(ranges: list[tuple], workers: int) -> Iterator[EncodedChunk]:
+    """corpora.encode_range over ``ranges`` in order, at most 2 per worker in flight."""
     if workers <= 1:
-        yield from (corpora.encode_chunk(kind, t) for t in texts)
+        yield from (corpora.encode_range(*r) for r in ranges)
         return
-    # fork: workers only run pure tokenization and start instantly, which the throughput needs.
+    # fork: workers only read and tokenize, and start at once, which the throughput needs.
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         pending: deque = deque()
-        for text in texts:
-            pending.append(pool.apply_async(corpora.encode_chunk, (kind, text)))
+        for r in ranges:
+            pending.append(pool.apply_async(corpora.encode_range, r))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().get()
         while pending:

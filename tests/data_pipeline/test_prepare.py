@@ -189,3 +189,39 @@ def test_manifest_records_offsets_for_one_ranged_read(wt103):
     vocab = Vocab.load(str(wt103 / "vocab.txt"))
     ids = np.frombuffer(raw[start : start + 4 * n], "<i4")
     assert vocab.decode(ids) == tokens[first : first + n]
+
+
+@pytest.mark.parametrize("piece_bytes", [997, 20_000])
+def test_small_pieces_give_the_same_tokens_and_documents(shared_data, tmp_path, piece_bytes):
+    wt2 = prepare("wikitext-2", str(tmp_path / "wt2"), str(shared_data / "wikitext-2"),
+                  workers=2, piece_bytes=piece_bytes, **SMALL)  # fmt: skip
+    tokens, _ = decoded_split(tmp_path / "wt2", "valid")
+    assert tokens == wikitext_reference(shared_data / "wikitext-2" / "valid.txt")
+    assert wt2["valid"].documents == wt2["test"].documents == 60
+    lm1b_file = shared_data / "one-billion-word" / "news.en.heldout-00000-of-00050.part1"
+    lm = prepare("lm1b", str(tmp_path / "lm"), str(lm1b_file), min_count=1,
+                 piece_bytes=piece_bytes, **SMALL)  # fmt: skip
+    assert decoded_split(tmp_path / "lm", "valid")[0] == lm1b_reference(lm1b_file)
+    assert lm["valid"].documents == 3_000
+
+
+def test_crlf_and_unicode_whitespace_tokenize_like_python_str_split(tmp_path):
+    text = " \r\n = Title = \r\n \r\n a\u00a0b  c\u2028d\r\n\r\n e\x1cf \r\n"
+    (tmp_path / "wiki.train.tokens").write_bytes(text.encode())
+    prepare("wikitext-2", str(tmp_path / "out"), str(tmp_path / "wiki.train.tokens"), **SMALL)
+    tokens, lengths = decoded_split(tmp_path / "out", "train")
+    lines = text.replace("\r\n", "\n").split("\n")[:-1]
+    assert tokens == [t for line in lines for t in line.split() + ["<eos>"]]
+    assert tokens[6:9] == ["a", "b", "c"]
+
+
+def test_small_pieces_of_a_cut_file_and_of_text_blocks(shared_data, tmp_path, wt103):
+    prepare("wikitext-103", str(tmp_path / "wt"), str(shared_data / "wikitext-103"),
+            piece_bytes=50_000, **SMALL)  # fmt: skip
+    assert decoded_split(tmp_path / "wt", "train")[0] == decoded_split(wt103, "train")[0]
+    src = tmp_path / "train.txt"
+    src.write_text("a b\nc\n\n \nd\n\n\ne f g\nh\n")
+    prepare("text", str(tmp_path / "tx"), str(src), piece_bytes=3, **SMALL)
+    tokens, lengths = decoded_split(tmp_path / "tx", "train")
+    assert " ".join(tokens) == "a b <eos> c <eos> d <eos> e f g <eos> h <eos>"
+    assert np.concatenate(lengths).tolist() == [5, 2, 6]
