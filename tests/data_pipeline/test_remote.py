@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -47,3 +50,24 @@ def test_s3_prepare_stream_and_verify(wt103, shared_data, s3_endpoint, monkeypat
     remote = first_batches(manifest_url(root, "valid"), storage_options=options)
     assert_same(remote, first_batches(manifest_url(str(wt103), "valid")))
     assert len(verify(root, options)) == 2
+
+
+def test_cli_writes_to_s3_configured_by_environment(shared_data, s3_endpoint):
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "x",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "AWS_ENDPOINT_URL": s3_endpoint,
+    }
+    s3fs.S3FileSystem(endpoint_url=s3_endpoint, key="x", secret="x").mkdir("txl-cli")
+    source = shared_data / "wikitext-2" / "test.txt"
+    for args in (
+        ["--dataset", "wikitext-2", "--source", str(source), "--out", "s3://txl-cli/wt2"],
+        ["--verify", "s3://txl-cli/wt2"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "data_pipeline.prepare", "--no-progress", *args],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    assert "s3://txl-cli/wt2/test/manifest.json: 1 shards, 245569 tokens OK" in done.stdout

@@ -213,3 +213,17 @@ def test_vocab_size_is_checked(wt103_valid):
         match=r"valid/manifest.json.*vocabulary of \d+ tokens, the model has 267735",
     ):
         TokenStreams(wt103_valid, 2, 50, expected_vocab_size=267_735)
+
+
+def test_interpreter_exits_with_an_unclosed_stream(wt103_valid):
+    script = (
+        "from data_pipeline import TokenStreams\n"
+        f"s = TokenStreams({wt103_valid!r}, 2, 50, prefetch=1, block_tokens=200)\n"
+        "it = iter(s)\n"
+        "next(it)\n"
+        "print('left open')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "left open" in done.stdout, done.stderr
