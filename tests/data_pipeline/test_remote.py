@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from data_pipeline import TokenStreams, manifest_url, prepare, verify
+from data_pipeline import TokenStreams, load_manifest, manifest_url, prepare, verify
 
 from .conftest import SMALL
 
@@ -71,3 +71,16 @@ def test_cli_writes_to_s3_configured_by_environment(shared_data, s3_endpoint):
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
     assert "s3://txl-cli/wt2/test/manifest.json: 1 shards, 245569 tokens OK" in done.stdout
+
+
+def test_a_rank_reads_only_the_samples_its_rows_need(wt103, http_server):
+    server = http_server(wt103)
+    stream = TokenStreams(manifest_url(server.url, "valid"), 1, 100, 3, 4, epochs=1)
+    assert sum(1 for _ in stream) == stream.steps_per_epoch
+    ranges = [r.split("bytes=")[1] for r in server.requests() if "bytes=" in r]
+    read = sum(int(b) - int(a) + 1 for a, b in (r.split("-") for r in ranges))
+    shards = load_manifest(manifest_url(str(wt103), "valid")).shards
+    total = sum(s.bytes for s in shards)
+    largest_sample = 4 * max(n for s in shards for n in s.sample_tokens)
+    # A quarter of the split, plus at most the sample where the row starts.
+    assert total / 4 <= read <= total / 4 + largest_sample
