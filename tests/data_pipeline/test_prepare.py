@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import zipfile
@@ -160,8 +161,6 @@ def wikitext_zip(shared_data: Path) -> bytes:
 
 
 def test_download_checks_checksum_and_extracts(shared_data, tmp_path, http_server):
-    import hashlib
-
     served = tmp_path / "served"
     served.mkdir()
     data = wikitext_zip(shared_data)
