@@ -1,0 +1,32 @@
+"""txl-export's input checks that need no training run (real checkpoints: tests/integration)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from txl_dist.export import ExportError, main, open_checkpoint
+
+
+def test_a_directory_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(ExportError, match="holds no checkpoint"):
+        open_checkpoint(str(tmp_path))
+    assert main([str(tmp_path), str(tmp_path / "out")]) == 1
+    assert "holds no checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_latest_naming_a_missing_tag_is_a_clear_error(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest").write_text("global_step7")
+    with pytest.raises(ExportError, match="global_step7"):
+        open_checkpoint(str(tmp_path))
+
+
+def test_a_checkpoint_with_a_broken_run_config_is_a_clear_error(tmp_path):
+    tag = tmp_path / "checkpoints" / "global_step3"
+    tag.mkdir(parents=True)
+    (tag / "txl.json").write_text(json.dumps({"step": 3, "config": {"model": {}}}))
+    with pytest.raises(ExportError, match="bad run config in txl.json"):
+        open_checkpoint(str(tag))

@@ -1,0 +1,276 @@
+"""txl-export: a DeepSpeed checkpoint (ZeRO 0-3, any world size) -> a plain PyTorch model directory.
+
+    txl-export CKPT_DIR OUT_DIR [--dtype fp32|bf16|fp16] [--format safetensors|torch] [--vocab FILE]
+    python -m txl_dist.export CKPT_DIR OUT_DIR ...
+
+CKPT_DIR is a run directory (its latest checkpoint), its checkpoints/ directory (latest) or one
+checkpoints/global_stepN. OUT_DIR receives config.json (the model section), model.safetensors
+(or pytorch_model.bin, a plain state_dict), vocab.txt and README.md (how it was trained); load it
+with `TransformerXL.from_pretrained(OUT_DIR)`, which needs torch and safetensors only.
+
+The weights are the fp32 master weights (not the bf16/fp16 copies the engine computed with),
+consolidated on the CPU: ZeRO 1-3 through DeepSpeed's zero_to_fp32, ZeRO 0 from the model file.
+Peak memory is about twice the fp32 model: the consolidated weights plus the serialized file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from data_pipeline.errors import DataError
+from data_pipeline.shards import vocab_url
+from data_pipeline.vocab import Vocab
+from txl_dist.config import ConfigError, RunConfig, run_config_from_dict
+from txl_dist.engine.checkpoint import CLIENT_FILE, LATEST, ResumePoint, find_resume_point
+from txl_dist.inspect import build_on_meta
+from txl_dist.model import TransformerXL
+from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+VOCAB_FILE = "vocab.txt"
+README_FILE = "README.md"
+MODEL_STATES = "mp_rank_00_model_states.pt"  # ZeRO 0-2: module weights (+ optimizer at stage 0)
+
+
+class ExportError(Exception):
+    """The checkpoint cannot be exported; the message says what is wrong and what to do."""
+
+
+@dataclass
+class Checkpoint:
+    """A complete training checkpoint and the run config saved with it."""
+
+    point: ResumePoint
+    """Where it is and its client state (txl.json)."""
+    config: RunConfig
+    """The run's config as saved in txl.json."""
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.point.directory, self.point.tag)
+
+    @property
+    def step(self) -> int:
+        return self.point.client["step"]
+
+    @property
+    def run_dir(self) -> str:
+        """The run directory: where metrics.jsonl lies next to checkpoints/."""
+        return os.path.dirname(os.path.abspath(self.point.directory))
+
+
+def open_checkpoint(path: str) -> Checkpoint:
+    """Resolve a run directory, a checkpoints/ directory or a global_stepN directory."""
+    run_checkpoints = os.path.join(path, "checkpoints")
+    if os.path.exists(os.path.join(run_checkpoints, LATEST)):
+        path = run_checkpoints
+    if not any(os.path.exists(os.path.join(path, name)) for name in (CLIENT_FILE, LATEST)):
+        raise ExportError(
+            f"{path} holds no checkpoint: pass a run directory (with checkpoints/latest), its "
+            "checkpoints/ directory or a checkpoints/global_stepN directory"
+        )
+    try:
+        point = find_resume_point(path, out_dir=path)
+    except FileNotFoundError as err:  # `latest` names a tag that is gone or incomplete
+        raise ExportError(str(err)) from err
+    try:
+        config = run_config_from_dict(point.client["config"])
+    except (KeyError, ConfigError) as err:
+        raise ExportError(
+            f"{point.directory}/{point.tag}: bad run config in txl.json: {err}"
+        ) from err
+    return Checkpoint(point, config)
+
+
+def consolidated_weights(ckpt: Checkpoint) -> dict[str, Tensor]:
+    """fp32 master weights of every parameter, by state-dict name (tied names may repeat)."""
+    if ckpt.config.zero_stage == 0:
+        return _stage0_weights(ckpt)
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    # zero_to_fp32 reports progress on stdout; keep stdout for our own output.
+    with contextlib.redirect_stdout(sys.stderr):
+        lazy = get_fp32_state_dict_from_zero_checkpoint(
+            ckpt.point.directory, tag=ckpt.point.tag, lazy_mode=True
+        )
+        # One tensor at a time: ZeRO-3 gathers each from the memory-mapped shards.
+        return {name: tensor.contiguous() for name, tensor in lazy.items()}
+
+
+def _stage0_weights(ckpt: Checkpoint) -> dict[str, Tensor]:
+    """Without ZeRO, the module is the fp32 master, or with bf16/fp16 the optimizer holds it."""
+    path = os.path.join(ckpt.path, MODEL_STATES)
+    if not os.path.exists(path):
+        raise ExportError(f"{path} missing: checkpoint {ckpt.point.tag} is incomplete")
+    states = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    module = states["module"]
+    if all(t.dtype == torch.float32 for t in module.values() if t.is_floating_point()):
+        return module
+    # DeepSpeed's unfused fp16/bf16 optimizer keeps one fp32 copy per parameter, in the order
+    # the parameters were given to the optimizer: model.parameters(), tied ones once.
+    masters = [t for group in states["optimizer"]["fp32_groups"] for t in group]
+    names = [name for name, _ in build_on_meta(ckpt.config.model).named_parameters()]
+    if len(masters) != len(names):
+        raise ExportError(
+            f"{path}: {len(masters)} fp32 master tensors for {len(names)} parameters; the "
+            "checkpoint does not match its config (txl.json model section)"
+        )
+    weights = dict(zip(names, masters))
+    for name, master in weights.items():
+        # The engine's low-precision copy is the master rounded: a check of the name order.
+        # (Names or shapes that differ from the config are reported by build_model.)
+        saved = module.get(name)
+        comparable = saved is not None and saved.shape == master.shape
+        if comparable and not torch.equal(master.to(saved.dtype), saved):
+            raise ExportError(f"{path}: fp32 master of {name} differs from the module weight")
+    return weights
+
+
+def build_model(ckpt: Checkpoint, weights: dict[str, Tensor], dtype: torch.dtype) -> TransformerXL:
+    """The model of the checkpoint's config holding `weights` (cast to dtype), weights re-tied."""
+    model = build_on_meta(ckpt.config.model)
+    expected = dict(model.named_parameters())  # tied parameters under their first name
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(dict(model.named_parameters(remove_duplicate=False))))
+    wrong_shape = [
+        f"{name} {tuple(weights[name].shape)} vs {tuple(param.shape)}"
+        for name, param in expected.items()
+        if name in weights and weights[name].shape != param.shape
+    ]
+    if missing or unexpected or wrong_shape:
+        raise ExportError(
+            f"checkpoint {ckpt.path} does not match its config (txl.json model section): "
+            f"missing {missing[:5]}, unexpected {unexpected[:5]}, "
+            f"shape checkpoint vs config {wrong_shape[:5]}"
+        )
+    for name in expected:  # one tensor at a time, so the fp32 copy can go as we cast
+        weights[name] = weights[name].to(dtype)
+    model.load_state_dict({k: weights[k] for k in expected}, strict=False, assign=True)
+    model.tie_weights()
+    return model.eval()
+
+
+def load_vocab(ckpt: Checkpoint, path: str | None) -> Vocab:
+    """The run's vocabulary (data.path, or `path`), checked against the checkpoint's hash."""
+    data = ckpt.config.data
+    url = path or vocab_url(data.path)
+    try:
+        vocab = Vocab.load(url, None if path else data.storage_options)
+    except DataError as err:
+        raise ExportError(
+            f"vocabulary {url} of the run's data.path not found ({err}); pass --vocab FILE"
+        ) from err
+    expected = ckpt.point.client.get("vocab_sha256")
+    if vocab.sha256 != expected or len(vocab) != ckpt.config.model.n_token:
+        raise ExportError(
+            f"vocabulary {url} ({len(vocab)} tokens, sha256 {vocab.sha256[:12]}) is not the one "
+            f"the checkpoint was trained with ({ckpt.config.model.n_token} tokens, sha256 "
+            f"{str(expected)[:12]}); pass the right one with --vocab FILE"
+        )
+    return vocab
+
+
+def export(
+    ckpt_dir: str,
+    out_dir: str,
+    dtype: str = "fp32",
+    format: str = "safetensors",
+    vocab_path: str | None = None,
+) -> Checkpoint:
+    """Write OUT_DIR from a checkpoint; returns the checkpoint that was exported."""
+    ckpt = open_checkpoint(ckpt_dir)
+    vocab = load_vocab(ckpt, vocab_path)  # fail on a bad vocabulary before the slow part
+    model = build_model(ckpt, consolidated_weights(ckpt), DTYPES[dtype])
+    os.makedirs(out_dir, exist_ok=True)
+    vocab.save(os.path.join(out_dir, VOCAB_FILE))
+    with open(os.path.join(out_dir, README_FILE), "w") as f:
+        f.write(readme(ckpt, dtype, format))
+    model.save_pretrained(out_dir, format=format)  # config.json last: the directory is complete
+    return ckpt
+
+
+def eval_records(ckpt: Checkpoint) -> list[dict]:
+    """The run's evaluation rows logged at the checkpoint's step (empty if none were kept)."""
+    path = os.path.join(ckpt.run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [r for r in rows if "split" in r and r.get("step") == ckpt.step]
+
+
+def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
+    """A short account of how the exported model was trained and evaluated."""
+    cfg, client = ckpt.config, ckpt.point.client
+    ds = cfg.deepspeed
+    precision = next((k for k in ("bf16", "fp16") if ds.get(k, {}).get("enabled")), "fp32")
+    ev = cfg.model.for_eval()
+    rows = cfg.train.eval_rows or cfg.train.global_rows
+    evals = [
+        f"- {r['split']}: loss {r['loss']:.4f}, ppl {r['ppl']:.3f} ({r.get('tokens', '?')} tokens)"
+        for r in eval_records(ckpt)
+    ] or ["- none recorded at this step"]
+    weights = SAFETENSORS_FILE if format == "safetensors" else TORCH_FILE
+    return "\n".join(
+        [
+            "# Transformer-XL exported by txl-export",
+            "",
+            f"- checkpoint: `{os.path.abspath(ckpt.path)}` (run {client.get('run_id')}), "
+            f"step {ckpt.step} of {cfg.train.max_steps}",
+            f"- training: ZeRO stage {cfg.zero_stage} on {client['world_size']} ranks, "
+            f"{precision}, {cfg.train.global_rows} global rows x tgt_len {cfg.model.tgt_len}, "
+            f"mem_len {cfg.model.mem_len}, optimizer {cfg.optim.name} (lr {cfg.optim.lr})",
+            f"- data: {cfg.data.dataset} at `{cfg.data.path}`, vocabulary of {cfg.model.n_token} "
+            f"tokens (sha256 {client.get('vocab_sha256')})",
+            f"- weights: {weights}, {dtype} (from the fp32 master weights)",
+            "",
+            f"## Evaluation by the training engine at step {ckpt.step}",
+            "",
+            f"Settings: {precision}, {rows} rows, tgt_len {ev.tgt_len}, mem_len {ev.mem_len}, "
+            f"clamp_len {ev.clamp_len}, same_length {ev.same_length}.",
+            "",
+            *evals,
+            "",
+            "## Use",
+            "",
+            "```",
+            "from txl_dist.model import TransformerXL",
+            "model = TransformerXL.from_pretrained(DIR)",
+            f"txl-eval --model DIR --data {cfg.data.path} --split {cfg.data.valid_split} "
+            f"--batch-size {rows} --dtype {precision}   # the engine's evaluation",
+            'txl-generate --model DIR --prompt "The" --max-tokens 50',
+            "```",
+            "",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="txl-export", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "ckpt_dir", help="run dir, its checkpoints/ dir or checkpoints/global_stepN"
+    )
+    parser.add_argument("out_dir", help="output directory (created)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weight dtype")
+    parser.add_argument("--format", choices=("safetensors", "torch"), default="safetensors")
+    parser.add_argument("--vocab", help="vocabulary file when the run's data.path has moved")
+    args = parser.parse_args(argv)
+    try:
+        ckpt = export(args.ckpt_dir, args.out_dir, args.dtype, args.format, args.vocab)
+    except ExportError as err:
+        print(f"txl-export: error: {err}", file=sys.stderr)
+        return 1
+    print(f"exported {ckpt.path} (step {ckpt.step}) to {args.out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
