@@ -1,0 +1,92 @@
+"""txl-generate: memory instead of re-running the context, sampling filters, reproducibility."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from data_pipeline.vocab import Vocab
+from txl_dist.generate import Sampling, generate, main, prompt_ids
+from txl_dist.model import TransformerXL, TXLConfig
+
+VOCAB = Vocab(["<eos>", "<unk>", *(f"w{i}" for i in range(98))])
+
+
+def small_model(mem_len: int = 64) -> TransformerXL:
+    torch.manual_seed(0)
+    config = TXLConfig(
+        n_token=len(VOCAB), n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32,
+        cutoffs=[30, 60], div_val=2, tie_projs=[False, True, True], tgt_len=8, mem_len=mem_len,
+        eval_mem_len=mem_len, clamp_len=-1, dropout=0.0,
+    )  # fmt: skip
+    return TransformerXL(config).eval()
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    small_model().save_pretrained(tmp_path)
+    VOCAB.save(str(tmp_path / "vocab.txt"))
+    return tmp_path
+
+
+def test_memory_gives_the_distribution_of_a_full_rerun():
+    model = small_model(mem_len=64)
+    prompt = torch.randint(0, len(VOCAB), (10,), generator=torch.Generator().manual_seed(1))
+    context = prompt.tolist()
+    steps = generate(model, prompt, 30, Sampling(), torch.Generator().manual_seed(0))
+    for token, log_probs in steps:  # the context (at most 40 tokens) fits in the memory
+        full = model(torch.tensor([context])).log_probs[0, -1]
+        torch.testing.assert_close(log_probs, full, rtol=0, atol=1e-5)
+        context.append(token)
+
+
+def test_each_new_token_costs_one_step_of_length_one():
+    model = small_model()
+    lengths = []
+    model.register_forward_pre_hook(lambda _, args: lengths.append(args[0].shape))
+    prompt = torch.arange(2, 9)
+    tokens = list(generate(model, prompt, 5, Sampling(), torch.Generator().manual_seed(0)))
+    assert len(tokens) == 5
+    assert lengths == [torch.Size([1, 7])] + [torch.Size([1, 1])] * 4
+
+
+def test_filters_keep_only_the_likely_tokens():
+    log_probs = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
+    torch.testing.assert_close(Sampling().probabilities(log_probs), log_probs.exp())
+    assert Sampling(top_k=2).probabilities(log_probs).tolist() == pytest.approx(
+        [0.625, 0.375, 0, 0]
+    )
+    # 0.5 + 0.3 reach 0.7: the third token is not needed
+    assert Sampling(top_p=0.7).probabilities(log_probs).tolist() == pytest.approx(
+        [0.625, 0.375, 0, 0]
+    )
+    assert Sampling(top_p=0.5).probabilities(log_probs).tolist() == pytest.approx([1, 0, 0, 0])
+    cold = Sampling(temperature=0.5).probabilities(log_probs)
+    assert cold[0] == pytest.approx(0.25 / (0.25 + 0.09 + 0.0225 + 0.0025))
+    greedy = Sampling(temperature=0)
+    assert {greedy.draw(log_probs, torch.Generator()) for _ in range(5)} == {0}
+    with pytest.raises(ValueError, match="top_p"):
+        Sampling(top_p=0)
+
+
+def test_prompt_starts_a_line_and_unknown_words_become_unk():
+    assert prompt_ids("w3 never-seen w5", VOCAB).tolist() == [0, 5, 1, 7]
+
+
+def test_same_seed_same_text_streamed(model_dir, capsys):
+    args = ["--model", str(model_dir), "--prompt", "w1 w2", "--max-tokens", "40", "--top-p", "0.9"]
+    assert main([*args, "--seed", "3"]) == 0
+    first = capsys.readouterr().out
+    assert main([*args, "--seed", "3"]) == 0
+    assert capsys.readouterr().out == first
+    assert main([*args, "--seed", "4"]) == 0
+    assert capsys.readouterr().out != first
+    assert first.startswith("w1 w2") and " \n" not in first and "\n " not in first
+    eos_tokens = first.count("\n") - 1  # each <eos> prints a line break, and a final one
+    assert len(first.split()) == 2 + 40 - eos_tokens
+
+
+def test_missing_vocabulary_is_a_clear_error(model_dir, capsys):
+    (model_dir / "vocab.txt").unlink()
+    assert main(["--model", str(model_dir), "--prompt", "w1"]) == 1
+    assert "no vocab.txt" in capsys.readouterr().err
