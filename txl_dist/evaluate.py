@@ -181,9 +181,6 @@ def run(args: argparse.Namespace) -> EvalReport:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # Subnormal activations can make CPU matmuls 30x slower; flushing them left the
-    # perplexity of our checkpoints bit-identical.
-    torch.set_flush_denormal(True)
     try:
         report = run(args)
     except (DataError, FileNotFoundError, ValueError) as err:

@@ -136,7 +136,6 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"txl-generate: error: {err}", file=sys.stderr)
         return 1
-    torch.set_flush_denormal(True)  # see txl_dist.evaluate
     ev = model.config.for_eval()
     # same_length is an evaluation device for equal contexts; a generated token sees all it can.
     model.set_lengths(mem_len=args.mem_len or ev.mem_len, clamp_len=ev.clamp_len, same_length=False)
