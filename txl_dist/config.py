@@ -7,11 +7,16 @@ before any process group or model is built.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
+import json
 import types
 import typing
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from txl_dist.model.config import TXLConfig
 
 T = TypeVar("T")
 
@@ -43,7 +48,7 @@ def section_from_dict(cls: type[T], values: dict[str, Any], section: str) -> T:
 def _suggestion(key: str, section: str, fields: set[str]) -> str:
     close = difflib.get_close_matches(key, sorted(fields), n=1)
     if close:
-        return f" (did you mean {section}.{close[0]}?)"
+        return f" (did you mean {section + '.' if section else ''}{close[0]}?)"
     return f"; valid keys: {', '.join(sorted(fields))}"
 
 
@@ -77,3 +82,245 @@ def _type_name(hint: Any) -> str:
     if origin is not None:
         return str(hint).replace("typing.", "")
     return getattr(hint, "__name__", str(hint))
+
+
+# ---- the run config: one JSON file, sections model, data, optim, train, deepspeed, logging ----
+
+SCHEDULES = ("cosine", "inv_sqrt", "constant")
+OPTIMIZERS = ("adam", "adamw", "lamb")
+WANDB_MODES = ("auto", "online", "offline", "disabled")
+
+
+@dataclasses.dataclass
+class DataConfig:
+    """Where the prepared dataset is and how its documents are ordered."""
+
+    path: str
+    """Root URL of a dataset prepared by txl-prepare (any fsspec URL or local path)."""
+    dataset: str = "wikitext-103"
+    """Name of the corpus, recorded with checkpoints and exports."""
+    order: str = "corpus"
+    """Document order per epoch: corpus (WikiText) or a seeded shuffle (lm1b)."""
+    train_split: str = "train"
+    """Split trained on."""
+    valid_split: str = "valid"
+    """Split of the periodic evaluation."""
+    test_split: str | None = "test"
+    """Split of the final evaluation; null skips it."""
+    storage_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """fsspec storage options (e.g. S3 endpoint_url, key, secret)."""
+
+    def __post_init__(self) -> None:
+        if self.order not in ("corpus", "shuffle"):
+            raise ValueError(f"data.order must be 'corpus' or 'shuffle', got {self.order!r}")
+
+
+@dataclasses.dataclass
+class OptimConfig:
+    """Optimizer and learning-rate schedule (clipping is deepspeed.gradient_clipping)."""
+
+    name: str = "adam"
+    """adam, adamw or lamb."""
+    lr: float = 2.5e-4
+    """Peak learning rate."""
+    betas: list[float] = dataclasses.field(default_factory=lambda: [0.9, 0.999])
+    """Adam betas."""
+    eps: float = 1e-8
+    """Adam epsilon."""
+    weight_decay: float = 0.0
+    """Weight decay (decoupled for adamw)."""
+    schedule: str = "cosine"
+    """cosine (to min_lr at train.max_steps), inv_sqrt or constant, after linear warm-up."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warm-up from 0 to lr."""
+    min_lr: float = 0.0
+    """Floor of the cosine schedule (the reference's eta_min)."""
+
+    def __post_init__(self) -> None:
+        if self.name not in OPTIMIZERS:
+            raise ValueError(f"optim.name must be one of {OPTIMIZERS}, got {self.name!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"optim.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if len(self.betas) != 2:
+            raise ValueError(f"optim.betas needs two values, got {self.betas}")
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Length, batch, evaluation, checkpoints and stopping of a run."""
+
+    out_dir: str
+    """Run directory: checkpoints, effective config, metrics.jsonl, wandb files."""
+    global_rows: int
+    """Rows of the global batch = world size x micro batch x gradient accumulation."""
+    max_steps: int
+    """Optimizer steps to train."""
+    seed: int = 1111
+    """Seed of weights, dropout and data order."""
+    eval_interval: int = 1000
+    """Steps between validation runs (0: only at the end)."""
+    eval_rows: int | None = None
+    """Global rows of evaluation batches; null means global_rows."""
+    save_interval: int = 1000
+    """Steps between checkpoints (0: only at the end and on signals)."""
+    keep_last: int = 3
+    """Checkpoints kept; older ones are deleted once a newer one is complete."""
+    max_nonfinite_steps: int = 10
+    """Abort after this many consecutive steps with a non-finite loss."""
+    peak_tflops: float | None = None
+    """Peak dense TFLOP/s of one device for MFU; null means known GPUs' bf16 peak."""
+    activation_checkpointing: bool = False
+    """Recompute each layer's activations in backward to save memory."""
+    max_wallclock: float | None = None
+    """Seconds after which the run checkpoints and stops by itself."""
+
+    def __post_init__(self) -> None:
+        for name in ("global_rows", "max_steps", "keep_last", "max_nonfinite_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be at least 1, got {getattr(self, name)}")
+
+
+@dataclasses.dataclass
+class WandbConfig:
+    """Weights & Biases experiment tracking."""
+
+    project: str = "txl-dist"
+    """wandb project."""
+    entity: str | None = None
+    """wandb entity (user or team); null means the default."""
+    name: str | None = None
+    """Run name; null means the run directory's name."""
+    mode: str = "auto"
+    """auto (offline without an API key), online, offline or disabled."""
+    dir: str | None = None
+    """Where wandb writes; null means the run directory."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in WANDB_MODES:
+            raise ValueError(f"logging.wandb.mode must be one of {WANDB_MODES}, got {self.mode!r}")
+
+
+@dataclasses.dataclass
+class LoggingConfig:
+    """Console, metrics.jsonl and wandb."""
+
+    log_interval: int = 100
+    """Steps between training log lines."""
+    wandb: WandbConfig = dataclasses.field(default_factory=WandbConfig)
+    """wandb settings."""
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Everything one training run needs; `deepspeed` is passed through to DeepSpeed."""
+
+    model: TXLConfig
+    data: DataConfig
+    optim: OptimConfig
+    train: TrainConfig
+    deepspeed: dict[str, Any]
+    logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def zero_stage(self) -> int:
+        return int(self.deepspeed.get("zero_optimization", {}).get("stage", 0))
+
+    def batch_layout(self, world_size: int) -> tuple[int, int]:
+        """(micro batch rows, accumulation steps) per rank, checked against train.global_rows."""
+        ds, rows = self.deepspeed, self.train.global_rows
+        micro = ds.get("train_micro_batch_size_per_gpu")
+        accum = ds.get("gradient_accumulation_steps")
+        if micro is None:
+            accum = accum or 1
+            micro, rest = divmod(rows, world_size * accum)
+        elif accum is None:
+            accum, rest = divmod(rows, world_size * micro)
+        else:
+            rest = rows - micro * accum * world_size
+        if rest or not micro or not accum or micro * accum * world_size != rows:
+            raise ConfigError(
+                f"batch layout: train.global_rows={rows} must equal world size {world_size} x "
+                f"deepspeed.train_micro_batch_size_per_gpu ({micro}) x "
+                f"deepspeed.gradient_accumulation_steps ({accum}); change one of them "
+                f"(or leave gradient_accumulation_steps out to have it derived)"
+            )
+        if ds.get("train_batch_size") not in (None, rows):
+            raise ConfigError(
+                f"deepspeed.train_batch_size={ds['train_batch_size']} differs from "
+                f"train.global_rows={rows}; leave it out (txl-dist sets it)"
+            )
+        return micro, accum
+
+
+SECTIONS = {
+    "data": DataConfig,
+    "optim": OptimConfig,
+    "train": TrainConfig,
+    "logging": LoggingConfig,
+}
+
+
+def run_config_from_dict(values: dict[str, Any]) -> RunConfig:
+    """Build and validate a RunConfig; every error names the section.key to change."""
+    from txl_dist.model.config import TXLConfig
+
+    required = ("model", "data", "optim", "train", "deepspeed")
+    allowed = (*required, "logging")
+    for key in values:
+        if key not in allowed:
+            raise ConfigError(f"unknown section {key!r}{_suggestion(key, '', set(allowed))}")
+    for key in required:
+        if key not in values:
+            raise ConfigError(f"missing section {key!r}: a run config needs {list(required)}")
+    if not isinstance(values["deepspeed"], dict):
+        raise ConfigError("deepspeed must be a JSON object (a DeepSpeed config)")
+    logging = dict(values.get("logging", {}))
+    wandb = section_from_dict(WandbConfig, logging.pop("wandb", {}), "logging.wandb")
+    return RunConfig(
+        model=TXLConfig.from_dict(values["model"]),
+        data=section_from_dict(DataConfig, values["data"], "data"),
+        optim=section_from_dict(OptimConfig, values["optim"], "optim"),
+        train=section_from_dict(TrainConfig, values["train"], "train"),
+        deepspeed=values["deepspeed"],
+        logging=dataclasses.replace(
+            section_from_dict(LoggingConfig, logging, "logging"), wandb=wandb
+        ),
+    )
+
+
+def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `section.key=value` strings (value parsed as JSON, else taken as a string)."""
+    values = copy.deepcopy(values)
+    for override in overrides:
+        path, sep, raw = override.partition("=")
+        if not sep or "." not in path:
+            raise ConfigError(f"--set {override!r}: expected section.key=value")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        *parents, leaf = path.split(".")
+        node = values
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {override!r}: {part} is not a section")
+        node[leaf] = value
+    return values
+
+
+def load_run_config(path: str, overrides: list[str] = ()) -> RunConfig:
+    """Read a run config JSON file (any fsspec URL), apply --set overrides, validate."""
+    import fsspec
+
+    try:
+        with fsspec.open(path, "r") as f:
+            values = json.load(f)
+    except FileNotFoundError as err:
+        raise ConfigError(f"config file {path} not found") from err
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"config file {path} is not valid JSON: {err}") from err
+    return run_config_from_dict(apply_overrides(values, list(overrides)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -28,9 +28,8 @@ SAFETENSORS_FILE = "model.safetensors"
 TORCH_FILE = "pytorch_model.bin"
 
 
-@dataclass
-class TXLOutput:
-    """What one forward pass returns."""
+class TXLOutput(NamedTuple):
+    """What one forward pass returns (a NamedTuple, so ZeRO-3 sees the tensors in it)."""
 
     loss: Tensor | None
     """Per-token NLL [B, T] (float32) when targets were given."""
@@ -158,7 +157,9 @@ class TransformerXL(nn.Module):
 
         allowed = attention_mask(q_len, m_len, cfg.mem_len, cfg.same_length, device)  # [Q, K]
         distances = relative_distances(m_len + q_len, cfg.clamp_len, device)  # [K]
-        pos_enc = self.drop(sinusoid_encoding(distances, cfg.d_model))  # [K, d_model]
+        # In the parameters' dtype: DeepSpeed's bf16/fp16 engines cast the whole module.
+        pos_enc = sinusoid_encoding(distances, cfg.d_model).to(self.r_w_bias.dtype)
+        pos_enc = self.drop(pos_enc)  # [K, d_model]
 
         h = self.drop(self.word_emb(input_ids))  # [B, Q, d_model]
         layer_inputs = []

@@ -1,0 +1,71 @@
+"""Launching real training runs of the tiny config and reading their results back."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+
+DEEPSPEED = str(Path(sys.executable).parent / "deepspeed")
+PRETRAIN = str(REPO_ROOT / "launch" / "pretrain.py")
+STEPS = 30  # training steps of each ZeRO-stage run
+K = 6  # steps before the interruption in the resume tests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Quiet, short runs: a log row per step, no periodic eval/save, a short warm-up.
+TEST_SETTINGS = [
+    "data.test_split=null",
+    "logging.log_interval=1",
+    "logging.wandb.mode=disabled",
+    "train.eval_interval=0",
+    "train.save_interval=0",
+    "optim.warmup_steps=5",
+]
+
+
+def command(out_dir: Path, data: Path, nprocs: int, overrides: list[str], resume: str | None):
+    settings = [f"data.path={data}", f"train.out_dir={out_dir}", *TEST_SETTINGS, *overrides]
+    args = ["--config", str(REPO_ROOT / "configs" / "tiny.json")]
+    args += [arg for setting in settings for arg in ("--set", setting)]
+    if resume:
+        args += ["--resume", resume]
+    if nprocs == 1:
+        return [sys.executable, PRETRAIN, *args]
+    port = str(free_port())
+    return [DEEPSPEED, "--num_gpus", str(nprocs), "--master_port", port, PRETRAIN, *args]
+
+
+def train(
+    out_dir, data, nprocs=2, overrides=(), resume=None, timeout=300
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        command(out_dir, data, nprocs, list(overrides), resume),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def records(out_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def train_losses(out_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in records(out_dir) if "split" not in r}
+
+
+def eval_ppl(out_dir: Path, split: str = "valid") -> float:
+    return [r for r in records(out_dir) if r.get("split") == split][-1]["ppl"]

@@ -1,0 +1,1 @@
+"""The DeepSpeed training engine: streams -> slots with memories -> checkpoints, metrics."""

@@ -1,0 +1,74 @@
+"""Rank and world size from whichever launcher started us, and process-group setup.
+
+Works under `deepspeed`, `torchrun`, `srun` (SLURM variables) and plain `python` (one process).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class World:
+    """Where this process sits in the job."""
+
+    rank: int
+    """Global rank."""
+    world_size: int
+    """Number of processes."""
+    local_rank: int
+    """Rank on this node (selects the device)."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _env_int(*names: str, default: int) -> int:
+    for name in names:
+        if os.environ.get(name):
+            return int(os.environ[name])
+    return default
+
+
+def world_from_env() -> World:
+    """Read the launcher's variables without starting anything (so config errors come first)."""
+    return World(
+        rank=_env_int("RANK", "SLURM_PROCID", default=0),
+        world_size=_env_int("WORLD_SIZE", "SLURM_NTASKS", default=1),
+        local_rank=_env_int("LOCAL_RANK", "SLURM_LOCALID", default=0),
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(world: World) -> torch.device:
+    """Start the process group (nccl on GPUs, gloo on CPU) and return this rank's device."""
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    os.environ.setdefault("RANK", str(world.rank))
+    os.environ.setdefault("WORLD_SIZE", str(world.world_size))
+    os.environ.setdefault("LOCAL_RANK", str(world.local_rank))
+    if world.world_size == 1:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    accelerator = get_accelerator()
+    if accelerator.device_name() != "cpu":
+        accelerator.set_device(world.local_rank)
+    elif "OMP_NUM_THREADS" not in os.environ:
+        # CPU ranks on one node share its cores: more threads than cores makes the OpenMP
+        # workers spin against each other and steps many times slower.
+        local_ranks = _env_int("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", default=1)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        torch.set_num_threads(max(1, (cores or 1) // local_ranks))
+    deepspeed.init_distributed(dist_backend=accelerator.communication_backend_name())
+    return torch.device(accelerator.device_name(world.local_rank))

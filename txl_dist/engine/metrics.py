@@ -1,0 +1,147 @@
+"""Run metrics: a console line, metrics.jsonl and wandb, all from rank 0.
+
+A wandb failure is reported once and then wandb is left alone: tracking must never stop training.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+from txl_dist.config import WandbConfig
+
+# Dense bf16 peak TFLOP/s of common accelerators, for MFU when train.peak_tflops is not set.
+PEAK_TFLOPS = {
+    "H200": 989.0,
+    "H100": 989.0,
+    "A100": 312.0,
+    "A10": 125.0,
+    "L40": 181.0,
+    "V100": 125.0,
+}
+
+
+def device_peak_tflops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_TFLOPS.items() if key in name), None)
+
+
+def memory_gib(device: torch.device) -> float:
+    """Peak accelerator memory, or this process's resident memory on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**30
+
+
+def wandb_mode(mode: str) -> str:
+    """`auto` means online only when an API key is configured."""
+    if mode != "auto":
+        return mode
+    has_key = bool(os.environ.get("WANDB_API_KEY")) or os.path.exists(
+        os.path.expanduser("~/.netrc")
+    )
+    return "online" if has_key else "offline"
+
+
+class Metrics:
+    """Writes records on rank 0; other ranks' calls do nothing."""
+
+    def __init__(self, out_dir: str, enabled: bool):
+        self.enabled = enabled
+        self.path = os.path.join(out_dir, "metrics.jsonl")
+        self.wandb = None
+
+    def start_wandb(self, cfg: WandbConfig, out_dir: str, config: dict, run_id: str) -> None:
+        """Start (or resume, with the same id) the wandb run."""
+        mode = wandb_mode(cfg.mode)
+        if not self.enabled or mode == "disabled":
+            return
+        try:
+            import wandb
+
+            self.wandb = wandb.init(
+                project=cfg.project,
+                entity=cfg.entity,
+                name=cfg.name or os.path.basename(os.path.normpath(out_dir)),
+                dir=cfg.dir or out_dir,
+                mode=mode,
+                config=config,
+                id=run_id,
+                resume="allow",
+            )
+        except Exception as err:  # noqa: BLE001 - any wandb failure must leave training running
+            self._wandb_failed(err)
+
+    def _wandb_failed(self, err: Exception) -> None:
+        print(f"[txl-dist] wandb disabled after an error: {err!r}", file=sys.stderr, flush=True)
+        self.wandb = None
+
+    def log(self, record: dict[str, Any], line: str | None = None) -> None:
+        if not self.enabled:
+            return
+        record = {k: v for k, v in record.items() if v is not None}
+        with open(self.path, "a") as f:
+            f.write(json.dumps({**record, "time": time.time()}) + "\n")
+        if line:
+            print(line, flush=True)
+        if self.wandb is not None:
+            try:
+                prefix = f"{record['split']}/" if "split" in record else "train/"
+                self.wandb.log(
+                    {prefix + k: v for k, v in record.items() if k not in ("step", "split")},
+                    step=record["step"],
+                )
+            except Exception as err:  # noqa: BLE001
+                self._wandb_failed(err)
+
+    def close(self) -> None:
+        if self.wandb is not None:
+            try:
+                self.wandb.finish()
+            except Exception as err:  # noqa: BLE001
+                self._wandb_failed(err)
+
+
+def train_line(r: dict[str, Any]) -> str:
+    parts = [
+        f"step {r['step']:>7}",
+        f"loss {r['loss']:.4f}",
+        f"ppl {r['ppl']:9.2f}",
+        f"lr {r['lr']:.3e}",
+    ]
+    if r.get("grad_norm") is not None:
+        parts.append(f"gnorm {r['grad_norm']:.3f}")
+    if r.get("loss_scale") is not None:
+        parts.append(f"scale {r['loss_scale']:g}")
+    parts += [
+        f"tok/s {r['tokens_per_s']:9.0f}",
+        f"step {r['step_time_s'] * 1000:7.1f}ms",
+        f"data {r['data_wait_s'] * 1000:6.1f}ms",
+    ]
+    if r.get("mfu") is not None:
+        parts.append(f"mfu {100 * r['mfu']:5.1f}%")
+    parts.append(f"mem {r['memory_gib']:.2f}GiB")
+    if r.get("skipped_steps"):
+        parts.append(f"skipped {r['skipped_steps']}")
+    return " | ".join(parts)
+
+
+def eval_line(r: dict[str, Any]) -> str:
+    return (
+        f"eval {r['split']} step {r['step']} | loss {r['loss']:.4f} | ppl {r['ppl']:.2f} | "
+        f"{r['tokens']} tokens | {r['tokens_per_s']:.0f} tok/s"
+    )
+
+
+def safe_exp(x: float) -> float:
+    return math.exp(x) if x < 700 else float("inf")
