@@ -173,11 +173,15 @@ class TrainConfig:
     """Recompute each layer's activations in backward to save memory."""
     max_wallclock: float | None = None
     """Seconds after which the run checkpoints and stops by itself."""
+    dist_timeout_s: float = 600.0
+    """Seconds a collective waits for the other ranks; bounds the hang after a rank dies."""
 
     def __post_init__(self) -> None:
         for name in ("global_rows", "max_steps", "keep_last", "max_nonfinite_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be at least 1, got {getattr(self, name)}")
+        if self.dist_timeout_s <= 0:
+            raise ValueError(f"train.dist_timeout_s must be positive, got {self.dist_timeout_s}")
 
 
 @dataclasses.dataclass

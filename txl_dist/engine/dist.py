@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 
@@ -50,8 +51,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed(world: World) -> torch.device:
-    """Start the process group (nccl on GPUs, gloo on CPU) and return this rank's device."""
+def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
+    """Start the process group (nccl on GPUs, gloo on CPU) and return this rank's device.
+
+    timeout_s bounds every collective: when a rank dies, the others fail after it instead of
+    blocking (across nodes no launcher notices the death for them).
+    """
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
@@ -70,5 +75,7 @@ def init_distributed(world: World) -> torch.device:
         local_ranks = _env_int("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", default=1)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         torch.set_num_threads(max(1, (cores or 1) // local_ranks))
-    deepspeed.init_distributed(dist_backend=accelerator.communication_backend_name())
+    deepspeed.init_distributed(
+        dist_backend=accelerator.communication_backend_name(), timeout=timedelta(seconds=timeout_s)
+    )
     return torch.device(accelerator.device_name(world.local_rank))

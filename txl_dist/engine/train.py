@@ -98,7 +98,7 @@ class Trainer:
         self.ckpt_dir = os.path.join(self.out_dir, "checkpoints")
         self.rows_per_rank = micro * accum
         self.resume_point = checkpoint.find_resume_point(resume, self.out_dir)
-        self.device = init_distributed(world)
+        self.device = init_distributed(world, config.train.dist_timeout_s)
         os.makedirs(self.out_dir, exist_ok=True)
 
         torch.manual_seed(config.train.seed)  # identical initial weights on every rank
@@ -126,6 +126,7 @@ class Trainer:
         if self.resume_point is not None:
             self._resume(universal)
         self._save_effective_config()
+        self._announce_job()
         self.metrics.start_wandb(config.logging.wandb, self.out_dir, config.to_dict(), self.run_id)
         peak = config.train.peak_tflops or device_peak_tflops(self.device)
         self.peak_flops = peak * 1e12 if peak else None
@@ -192,6 +193,14 @@ class Trainer:
                 f"{client['world_size']} ranks, now {self.world.world_size}; {note})",
                 flush=True,
             )
+
+    def _announce_job(self) -> None:
+        """Which scheduler job and how many requeues this start is, for the logs."""
+        job = os.environ.get("SLURM_JOB_ID")
+        where = (
+            f"slurm job {job}, restart {os.environ.get('SLURM_RESTART_COUNT', 0)}; " if job else ""
+        )
+        self._announce(f"{where}run {self.run_id}, requeues {self.requeues}")
 
     def _save_effective_config(self) -> None:
         if self.world.is_main:
@@ -305,6 +314,8 @@ class Trainer:
             memory_gib=memory_gib(self.device),
             skipped_steps=self.skipped_steps,
             epoch=self.streams.epoch,
+            requeues=self.requeues,  # wandb shows at which steps the job was requeued
+            slurm_job_id=_int_or_none(os.environ.get("SLURM_JOB_ID")),
         )
         self.metrics.log(record, train_line(record))
 
@@ -388,6 +399,10 @@ class _Window:
         self.tokens += tokens
         self.data_wait += data_wait
         self.seconds += seconds
+
+
+def _int_or_none(value: str | None) -> int | None:
+    return int(value) if value else None
 
 
 def _checkpoint_layers(model: TransformerXL) -> None:
