@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Multi-node training without SLURM: run this once on every node; torchrun starts the node's
+# ranks and meets the other nodes at node 0's address (static rendezvous).
+#
+#   TXL_NNODES=2 TXL_NODE_RANK=0 TXL_MASTER_ADDR=10.0.0.1 launch/multinode.sh --config C [--set ...]
+#   TXL_NNODES=2 TXL_NODE_RANK=1 TXL_MASTER_ADDR=10.0.0.1 launch/multinode.sh --config C [--set ...]
+#
+#   TXL_NPROC_PER_NODE  ranks on this node (default: its GPUs, 1 without GPUs)
+#   TXL_MASTER_PORT     rendezvous port on node 0 (default 29500)
+#   TXL_SOCKET_IFNAME   network interface for gloo/nccl (sets GLOO_/NCCL_SOCKET_IFNAME)
+#   TXL_PYTHON          interpreter with txl-dist installed (default: .venv/bin/python, python3)
+# Every start resumes (--resume auto). If a rank dies, its node's torchrun stops the node's other
+# ranks at once and exits non-zero; the other nodes fail within train.dist_timeout_s.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+nnodes="${TXL_NNODES:?set TXL_NNODES to the number of nodes}"
+node_rank="${TXL_NODE_RANK:?set TXL_NODE_RANK to the index of this node (0: the master)}"
+master_addr="${TXL_MASTER_ADDR:?set TXL_MASTER_ADDR to the address of node 0}"
+python="${TXL_PYTHON:-.venv/bin/python}"
+[ -x "$python" ] || python=python3
+gpus="$( (nvidia-smi -L 2>/dev/null || true) | wc -l)"
+nproc="${TXL_NPROC_PER_NODE:-$((gpus > 0 ? gpus : 1))}"
+if [ -n "${TXL_SOCKET_IFNAME:-}" ]; then
+  export GLOO_SOCKET_IFNAME="$TXL_SOCKET_IFNAME" NCCL_SOCKET_IFNAME="$TXL_SOCKET_IFNAME"
+fi
+exec "$python" -m torch.distributed.run --nnodes "$nnodes" --node_rank "$node_rank" \
+  --nproc_per_node "$nproc" --master_addr "$master_addr" \
+  --master_port "${TXL_MASTER_PORT:-29500}" launch/pretrain.py --resume auto "$@"

@@ -1,0 +1,124 @@
+"""A real two-node SLURM cluster (network namespaces on a veth pair), started for these tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.integration import conftest as integration
+from tests.integration.runs import command, train_losses
+
+HERE = Path(__file__).parent
+NODE_ADDR = {"n1": "10.200.0.1", "n2": "10.200.0.2"}
+IFNAME = "txlv0"  # the veth end in both namespaces has this name
+STEPS = 24
+# Short runs; a small final eval; collectives give up quickly when a rank is gone.
+OVERRIDES = [f"train.max_steps={STEPS}", "train.eval_rows=64", "train.dist_timeout_s=30"]
+wikitext = integration.wikitext  # the prepared data, shared with the integration tests
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+
+
+def pretrain_args(out_dir: Path, data: Path, overrides: list[str]) -> list[str]:
+    """Arguments of launch/pretrain.py for the tiny test run (the interpreter and script cut)."""
+    return command(out_dir, data, 1, OVERRIDES + overrides, None)[2:]
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float, interval: float = 0.2):
+    """Poll until check() is truthy and return it; fail after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def steps_logged(out_dir: Path) -> int:
+    return len(train_losses(out_dir)) if (out_dir / "metrics.jsonl").exists() else 0
+
+
+@dataclass
+class Cluster:
+    base: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {
+            **os.environ,
+            "SLURM_CONF": str(self.base / "etc" / "slurm.conf"),
+            "TXL_PYTHON": sys.executable,
+            "TXL_SOCKET_IFNAME": IFNAME,
+            **extra,
+        }
+
+    def on_node(self, node: str, args: list[str]) -> list[str]:
+        """A command line run inside node's network namespace."""
+        return ["nsenter", f"--net=/run/netns/txl_{node}", *args]
+
+    def run(self, *args: str) -> str:
+        proc = subprocess.run(
+            self.on_node("n1", list(args)),
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, f"{args}: {proc.stderr}"
+        return proc.stdout
+
+    def sbatch(self, out_dir: Path, sbatch_args: list[str], pretrain: list[str]) -> str:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        script = str(REPO_ROOT / "launch" / "slurm" / "pretrain.sbatch")
+        log = f"--output={out_dir}/slurm-%j.out"
+        job = self.run("sbatch", "--parsable", log, *sbatch_args, script, *pretrain)
+        return job.strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """scontrol's view of a job as key -> value."""
+        return dict(re.findall(r"(\w+)=(\S*)", self.run("scontrol", "-o", "show", "job", job_id)))
+
+    def wait_job(self, job_id: str, timeout: float) -> dict[str, str]:
+        return wait_for(
+            f"job {job_id} to finish",
+            lambda: (job := self.job(job_id))["JobState"] in FINISHED and job,
+            timeout,
+            interval=1.0,
+        )
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    """munged, slurmctld and slurmd on nodes n1 and n2; always stopped after the session."""
+    if os.geteuid() != 0:
+        pytest.skip("the SLURM tests start daemons and network namespaces: run them as root")
+    if shutil.which("ip") is None or shutil.which("nsenter") is None:
+        pytest.skip("the SLURM tests need `ip netns` and nsenter (iproute2, util-linux)")
+    base = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "BASE": str(base)}
+    subprocess.run([HERE / "cluster_down.sh"], env=env, timeout=60)  # namespaces left by a crash
+    try:
+        up = subprocess.run(
+            [HERE / "cluster_up.sh"], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield Cluster(base)
+    finally:
+        subprocess.run([HERE / "cluster_down.sh"], env=env, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def reference(cluster, wikitext, tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """An uninterrupted 1 node x 2 task SLURM job: its run directory and final job record."""
+    out = tmp_path_factory.mktemp("slurm-reference")
+    job_id = cluster.sbatch(out, ["--ntasks-per-node=2"], pretrain_args(out, wikitext, []))
+    return out, cluster.wait_job(job_id, timeout=300)

@@ -1,0 +1,44 @@
+"""launch/slurm/pretrain.sbatch on a real SLURM cluster: a plain job, then a preempted one."""
+
+from __future__ import annotations
+
+import re
+
+from tests.integration.runs import eval_ppl, train_losses
+from tests.slurm.conftest import STEPS, pretrain_args, steps_logged, wait_for
+
+
+def test_job_trains_evaluates_and_checkpoints(reference):
+    out, job = reference
+    log = (out / f"slurm-{job['JobId']}.out").read_text()
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
+    assert sorted(train_losses(out)) == list(range(1, STEPS + 1))
+    assert eval_ppl(out) > 0
+    assert (out / "checkpoints" / "latest").read_text().strip() == f"global_step{STEPS}"
+    assert f"slurm job {job['JobId']}, restart 0" in log
+
+
+def test_preempted_job_checkpoints_requeues_and_continues(cluster, reference, wikitext, tmp_path):
+    out = tmp_path / "run"
+    job_id = cluster.sbatch(out, ["--ntasks-per-node=2"], pretrain_args(out, wikitext, []))
+    wait_for("2 training steps", lambda: steps_logged(out) >= 2, timeout=180)
+    # What SLURM does --signal seconds before the time limit: USR1 to the batch shell only.
+    cluster.run("scancel", "--batch", "--signal=USR1", job_id)
+    # A requeued job waits ~150 s (its BeginTime) before it may start again; skip the wait.
+    wait_for(
+        "the requeue",
+        lambda: cluster.job(job_id)["JobState"] == "PENDING",
+        timeout=120,
+        interval=0.5,
+    )
+    cluster.run("scontrol", "update", f"jobid={job_id}", "StartTime=now")
+    job = cluster.wait_job(job_id, timeout=300)
+
+    log = (out / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
+    assert job["Restarts"] == "1"
+    stopped = int(re.search(r"stopping at step (\d+): SIGUSR1 received", log).group(1))
+    assert stopped < STEPS
+    assert f"resumed global_step{stopped} at step {stopped}" in log
+    assert f"slurm job {job_id}, restart 1" in log
+    assert train_losses(out) == train_losses(reference[0])  # the same sequence, bit for bit
