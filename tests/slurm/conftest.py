@@ -48,6 +48,21 @@ def steps_logged(out_dir: Path) -> int:
     return len(train_losses(out_dir)) if (out_dir / "metrics.jsonl").exists() else 0
 
 
+def rank_pid(out: Path, rank: int) -> int:
+    """The training process of global rank `rank` of the run writing to out."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:  # exited meanwhile
+            continue
+        # A launcher has the same arguments but no rank in its environment (srun: SLURM_PROCID).
+        mine = f"train.out_dir={out}".encode() in cmdline
+        if mine and {f"RANK={rank}".encode(), f"SLURM_PROCID={rank}".encode()} & set(environ):
+            return int(pid)
+    raise AssertionError(f"no process of rank {rank} for {out}")
+
+
 @dataclass
 class Cluster:
     base: Path

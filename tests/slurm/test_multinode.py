@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import train_losses
-from tests.slurm.conftest import NODE_ADDR, pretrain_args, wait_for
+from tests.slurm.conftest import NODE_ADDR, pretrain_args, rank_pid, wait_for
 
 MULTINODE = str(REPO_ROOT / "launch" / "multinode.sh")
 PORTS = itertools.count(29533)  # a fresh rendezvous port for every launch
@@ -55,21 +55,6 @@ def finish(procs: list, timeout: float) -> list[int]:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-
-
-def rank_pid(out: Path, rank: int) -> int:
-    """The training process of global rank `rank` of the run writing to out."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:  # exited meanwhile
-            continue
-        # The launcher has the same arguments but no RANK in its environment.
-        mine = f"train.out_dir={out}".encode() in cmdline
-        if mine and f"RANK={rank}".encode() in environ:
-            return int(pid)
-    raise AssertionError(f"no process of rank {rank} for {out}")
 
 
 def test_two_nodes_match_one_node(cluster, reference, wikitext, tmp_path):

@@ -1,11 +1,14 @@
-"""launch/slurm/pretrain.sbatch on a real SLURM cluster: a plain job, then a preempted one."""
+"""pretrain.sbatch on a real SLURM cluster: a plain job, then a preempted 2-node job."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import time
 
 from tests.integration.runs import eval_ppl, train_losses
-from tests.slurm.conftest import STEPS, pretrain_args, steps_logged, wait_for
+from tests.slurm.conftest import STEPS, pretrain_args, rank_pid, steps_logged, wait_for
 
 
 def test_job_trains_evaluates_and_checkpoints(reference):
@@ -18,9 +21,14 @@ def test_job_trains_evaluates_and_checkpoints(reference):
     assert f"slurm job {job['JobId']}, restart 0" in log
 
 
-def test_preempted_job_checkpoints_requeues_and_continues(cluster, reference, wikitext, tmp_path):
+def test_preempted_two_node_job_checkpoints_requeues_and_continues(
+    cluster, reference, wikitext, tmp_path
+):
     out = tmp_path / "run"
-    job_id = cluster.sbatch(out, ["--ntasks-per-node=2"], pretrain_args(out, wikitext, []))
+    # Two nodes x 1 task: the rendezvous crosses the namespaces; one thread per rank as in the
+    # 1 node x 2 task reference, so the losses can match exactly.
+    nodes = ["--nodes=2", "--ntasks-per-node=1", "--export=ALL,OMP_NUM_THREADS=1"]
+    job_id = cluster.sbatch(out, nodes, pretrain_args(out, wikitext, []))
     wait_for("2 training steps", lambda: steps_logged(out) >= 2, timeout=180)
     # What SLURM does --signal seconds before the time limit: USR1 to the batch shell only.
     cluster.run("scancel", "--batch", "--signal=USR1", job_id)
@@ -41,4 +49,18 @@ def test_preempted_job_checkpoints_requeues_and_continues(cluster, reference, wi
     assert stopped < STEPS
     assert f"resumed global_step{stopped} at step {stopped}" in log
     assert f"slurm job {job_id}, restart 1" in log
+    assert "2 ranks on 2 node(s)" in log
     assert train_losses(out) == train_losses(reference[0])  # the same sequence, bit for bit
+
+
+def test_killed_rank_fails_the_job_fast(cluster, wikitext, tmp_path):
+    out = tmp_path / "run"
+    args = pretrain_args(out, wikitext, ["train.save_interval=2"])
+    job_id = cluster.sbatch(out, ["--ntasks-per-node=2"], args)
+    wait_for("the first checkpoint", (out / "checkpoints" / "latest").exists, timeout=180)
+    os.kill(rank_pid(out, rank=1), signal.SIGKILL)
+    killed = time.monotonic()
+    job = cluster.wait_job(job_id, timeout=60)
+    assert time.monotonic() - killed < 60
+    assert job["JobState"] == "FAILED" and job["ExitCode"] != "0:0"
+    assert job["Restarts"] == "0"  # a failure is not a preemption: no requeue
