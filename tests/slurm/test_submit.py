@@ -1,0 +1,51 @@
+"""launch/slurm/submit turns options and TXL_* variables into an sbatch line (no cluster)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from tests.conftest import REPO_ROOT
+
+SUBMIT = str(REPO_ROOT / "launch" / "slurm" / "submit")
+
+
+def sbatch_line(*args: str, **env: str) -> list[str]:
+    proc = subprocess.run(
+        [SUBMIT, "--dry-run", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return proc.stdout.split()
+
+
+def test_gpus_give_one_task_per_gpu_and_pretrain_args_pass_through():
+    line = sbatch_line(
+        "--nodes",
+        "4",
+        "--gpus-per-node",
+        "8",
+        "--time",
+        "24:00:00",
+        "--",
+        "--config",
+        "configs/large.json",
+    )
+    assert line[0] == "sbatch" and line[-3].endswith("launch/slurm/pretrain.sbatch")
+    flags = " ".join(line[1:-3])
+    assert "--nodes 4" in flags and "--ntasks-per-node 8 --gpus-per-node 8" in flags
+    assert "--time 24:00:00" in flags and "--signal B:USR1@300" in flags
+    assert "--partition" not in flags and "--account" not in flags
+    assert line[-2:] == ["--config", "configs/large.json"]
+
+
+def test_environment_gives_defaults_and_cpu_fallback():
+    line = sbatch_line(
+        "--config", "c.json", TXL_TASKS_PER_NODE="2", TXL_PARTITION="cpu", TXL_WARN_S="60"
+    )
+    flags = " ".join(line)
+    assert "--ntasks-per-node 2" in flags and "--gpus-per-node" not in flags
+    assert "--partition cpu" in flags and "--signal B:USR1@60" in flags
