@@ -56,6 +56,10 @@ def test_fresh_process_loads_identical_model_without_deepspeed(tmp_path, fmt):
         torch.load(tmp_path / "out.pt"), model(ids).log_probs, rtol=0, atol=0
     )
     assert json.loads((tmp_path / "model" / "config.json").read_text())["div_val"] == 2
+    weights = (
+        tmp_path / "model" / ("model.safetensors" if fmt == "safetensors" else "pytorch_model.bin")
+    )
+    assert weights.stat().st_mode & 0o044 == 0o044  # readable by others, like any export
 
 
 def test_loaded_model_keeps_weights_tied(tmp_path):

@@ -194,7 +194,9 @@ class TransformerXL(nn.Module):
         if format == "safetensors":
             from safetensors.torch import save_file
 
-            save_file(weights, os.path.join(directory, SAFETENSORS_FILE), metadata={"format": "pt"})
+            path = os.path.join(directory, SAFETENSORS_FILE)
+            save_file(weights, path, metadata={"format": "pt"})
+            os.chmod(path, 0o644)  # safetensors writes 0600; an export is meant to be shared
         elif format == "torch":
             torch.save(weights, os.path.join(directory, TORCH_FILE))
         else:
