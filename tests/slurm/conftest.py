@@ -45,7 +45,10 @@ def wait_for(what: str, check: Callable[[], object], timeout: float, interval: f
 
 
 def steps_logged(out_dir: Path) -> int:
-    return len(train_losses(out_dir)) if (out_dir / "metrics.jsonl").exists() else 0
+    try:
+        return len(train_losses(out_dir))
+    except (OSError, ValueError):  # not written yet, or a line half written
+        return 0
 
 
 def rank_pid(out: Path, rank: int) -> int:
@@ -56,8 +59,10 @@ def rank_pid(out: Path, rank: int) -> int:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:  # exited meanwhile
             continue
-        # A launcher has the same arguments but no rank in its environment (srun: SLURM_PROCID).
-        mine = f"train.out_dir={out}".encode() in cmdline
+        # The launchers (the batch shell, srun, python -m torch.distributed.run) carry the same
+        # arguments; a rank is a python running the script. srun gives it SLURM_PROCID only.
+        is_rank = Path(cmdline[0].decode()).name.startswith("python") and b"-m" not in cmdline
+        mine = is_rank and f"train.out_dir={out}".encode() in cmdline
         if mine and {f"RANK={rank}".encode(), f"SLURM_PROCID={rank}".encode()} & set(environ):
             return int(pid)
     raise AssertionError(f"no process of rank {rank} for {out}")
