@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -69,8 +70,9 @@ def memory(data: str, stage: int, nproc: int) -> list[int]:
         proc = subprocess.run(
             launcher(nproc, __file__, args), check=True, cwd=REPO, capture_output=True, text=True
         )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("MODEL_STATE_BYTES ")]
-    return [int(line.split()[2]) for line in sorted(lines)]
+    # Ranks print concurrently, so lines may run together: match the records, not lines.
+    found = re.findall(r"MODEL_STATE_BYTES (\d+) (\d+)", proc.stdout)
+    return [int(size) for _, size in sorted(found, key=lambda rank_size: int(rank_size[0]))]
 
 
 def model_state_bytes(engine) -> int:

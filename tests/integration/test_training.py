@@ -182,3 +182,27 @@ def test_bad_config_fails_before_any_process_group(wikitext, tmp_path, override,
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Initializing TorchBackend" not in proc.stdout + proc.stderr
+
+
+# ---- non-finite losses ----
+
+
+def test_diverging_run_skips_non_finite_steps_then_stops_with_a_clear_error(wikitext, tmp_path):
+    # An absurd learning rate blows the weights up after one update; every later loss is
+    # non-finite, DeepSpeed drops those updates, and the engine gives up after 3 in a row.
+    overrides = [
+        "optim.lr=1e30",
+        "optim.warmup_steps=0",
+        "train.max_nonfinite_steps=3",
+        "train.max_steps=20",
+        "deepspeed.zero_optimization.stage=1",
+    ]
+    proc = subprocess.run(
+        command(tmp_path, wikitext, 1, overrides, None), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode != 0
+    assert "3 consecutive steps had a non-finite loss" in proc.stderr
+    logged = train_losses(tmp_path)
+    # step 1 trained; 2 and 3 were logged as non-finite; the third in a row (step 4) aborted
+    assert sorted(logged) == [1, 2, 3]
+    assert math.isfinite(logged[1]) and not any(math.isfinite(logged[s]) for s in (2, 3))
