@@ -21,7 +21,7 @@ from tests.integration.runs import command, train_losses
 HERE = Path(__file__).parent
 NODE_ADDR = {"n1": "10.200.0.1", "n2": "10.200.0.2"}
 IFNAME = "txlv0"  # the veth end in both namespaces has this name
-STEPS = 24
+STEPS = 40  # long enough (4+ s) that a preemption signal surely lands mid-run
 # Short runs; a small final eval; collectives give up quickly when a rank is gone.
 OVERRIDES = [f"train.max_steps={STEPS}", "train.eval_rows=64", "train.dist_timeout_s=30"]
 wikitext = integration.wikitext  # the prepared data, shared with the integration tests
