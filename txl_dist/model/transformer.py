@@ -22,6 +22,7 @@ from txl_dist.model.attention import (
     sinusoid_encoding,
 )
 from txl_dist.model.config import TXLConfig
+from txl_dist.model.safetensors_io import save_streaming
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -192,11 +193,7 @@ class TransformerXL(nn.Module):
         os.makedirs(directory, exist_ok=True)
         weights = _unaliased_state_dict(self)
         if format == "safetensors":
-            from safetensors.torch import save_file
-
-            path = os.path.join(directory, SAFETENSORS_FILE)
-            save_file(weights, path, metadata={"format": "pt"})
-            os.chmod(path, 0o644)  # safetensors writes 0600; an export is meant to be shared
+            save_streaming(weights, os.path.join(directory, SAFETENSORS_FILE), {"format": "pt"})
         elif format == "torch":
             torch.save(weights, os.path.join(directory, TORCH_FILE))
         else:
