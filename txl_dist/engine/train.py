@@ -42,6 +42,10 @@ from txl_dist.engine.signals import StopRequest
 from txl_dist.inspect import forward_flops_per_token
 from txl_dist.model import TransformerXL
 
+# Exit code of a run that checkpointed and stopped because train.max_wallclock ran out (a stop
+# by signal exits 0): the caller may restart it with --resume auto (pretrain.sbatch requeues).
+EXIT_WALLCLOCK = 3
+
 
 class NonFiniteLossError(RuntimeError):
     """Too many consecutive steps had a non-finite loss."""
@@ -235,7 +239,7 @@ class Trainer:
             if stop:
                 self._announce(f"stopping at step {self.step}: {self.stop.reason()}")
                 self._finish()
-                return 0
+                return EXIT_WALLCLOCK if self.stop.wallclock else 0
         if last_saved != self.step:
             self._save()
         if not (train.eval_interval and self.step % train.eval_interval == 0):

@@ -1,0 +1,59 @@
+"""StopRequest: all ranks agree on stopping and on whether train.max_wallclock caused it."""
+
+import os
+import signal
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from txl_dist.engine.signals import StopRequest
+
+CPU = torch.device("cpu")
+
+
+def test_deadline_stop_is_reported_as_wallclock():
+    stop = StopRequest(max_wallclock=1e-9)
+    assert stop.agreed(CPU) and stop.wallclock
+    assert stop.reason() == "train.max_wallclock reached"
+
+
+def test_signal_wins_over_the_deadline():
+    stop = StopRequest(max_wallclock=1e-9)
+    stop._handle(signal.SIGUSR1, None)
+    assert stop.agreed(CPU) and not stop.wallclock
+    assert stop.reason() == "SIGUSR1 received"
+
+
+def test_no_stop_before_the_deadline():
+    stop = StopRequest(max_wallclock=3600)
+    assert not stop.agreed(CPU) and not stop.wallclock
+
+
+def _rank(rank: int, port: int, case: str, results) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    # Only rank 1 passes its deadline; in "signal" rank 0 got a signal too.
+    stop = StopRequest(max_wallclock=1e-9 if rank == 1 else 3600)
+    if case == "signal" and rank == 0:
+        stop._handle(signal.SIGTERM, None)
+    results[rank] = (stop.agreed(CPU), stop.wallclock, stop.reason())
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ranks_agree_on_the_reason():
+    manager = mp.Manager()
+    for case, wallclock in (("deadline", True), ("signal", False)):
+        results = manager.dict()
+        port = _free_port()
+        mp.spawn(_rank, args=(port, case, results), nprocs=2)
+        assert [results[r][:2] for r in (0, 1)] == [(True, wallclock)] * 2
+    assert results[0][2] == "SIGTERM received"
+    assert results[1][2] == "a stop signal on another rank"
