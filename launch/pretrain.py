@@ -5,7 +5,11 @@ torchrun --nproc_per_node 2 launch/pretrain.py --config configs/tiny.json
 python launch/pretrain.py --config configs/tiny.json --set train.max_steps=10
 """
 
-from txl_dist.engine.train import main
+from txl_dist.engine.signals import catch_stop_signals
+
+catch_stop_signals()  # before the engine's imports take seconds: a preemption warning may come
+
+from txl_dist.engine.train import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

@@ -172,7 +172,7 @@ class TrainConfig:
     activation_checkpointing: bool = False
     """Recompute each layer's activations in backward to save memory."""
     max_wallclock: float | None = None
-    """Seconds after which the run checkpoints and stops by itself."""
+    """Seconds after the process started at which the run checkpoints and stops by itself."""
     dist_timeout_s: float = 600.0
     """Seconds a collective waits for the other ranks; bounds the hang after a rank dies."""
 

@@ -4,13 +4,26 @@ import os
 import signal
 import socket
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from txl_dist.engine.signals import StopRequest
+from txl_dist.engine import signals
+from txl_dist.engine.signals import StopRequest, catch_stop_signals
 
 CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def default_handlers():
+    """Each test starts with no signal caught and leaves pytest's handlers as they were."""
+    saved = {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS}
+    signals._received = None
+    yield
+    signals._received = None
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
 
 
 def test_deadline_stop_is_reported_as_wallclock():
@@ -21,9 +34,17 @@ def test_deadline_stop_is_reported_as_wallclock():
 
 def test_signal_wins_over_the_deadline():
     stop = StopRequest(max_wallclock=1e-9)
-    stop._handle(signal.SIGUSR1, None)
+    signal.raise_signal(signal.SIGUSR1)
     assert stop.agreed(CPU) and not stop.wallclock
     assert stop.reason() == "SIGUSR1 received"
+
+
+def test_a_signal_before_the_engine_starts_is_kept():
+    catch_stop_signals()  # what launch/pretrain.py does first
+    signal.raise_signal(signal.SIGTERM)  # the process survives it
+    signal.raise_signal(signal.SIGUSR1)
+    stop = StopRequest()
+    assert stop.agreed(CPU) and stop.reason() == "SIGTERM received"
 
 
 def test_no_stop_before_the_deadline():
@@ -37,7 +58,7 @@ def _rank(rank: int, port: int, case: str, results) -> None:
     # Only rank 1 passes its deadline; in "signal" rank 0 got a signal too.
     stop = StopRequest(max_wallclock=1e-9 if rank == 1 else 3600)
     if case == "signal" and rank == 0:
-        stop._handle(signal.SIGTERM, None)
+        signal.raise_signal(signal.SIGTERM)
     results[rank] = (stop.agreed(CPU), stop.wallclock, stop.reason())
     dist.destroy_process_group()
 

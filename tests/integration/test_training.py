@@ -6,6 +6,7 @@ process); results are read back from metrics.jsonl and the checkpoint directory.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -130,8 +131,9 @@ def test_wandb_offline_run_holds_the_metrics(uninterrupted):
 
 def test_sigterm_to_one_rank_checkpoints_exits_0_and_resumes(wikitext, tmp_path):
     out = tmp_path / "signalled"
+    stop_file = tmp_path / "stopped.json"
     launcher = subprocess.Popen(
-        command(out, wikitext, 2, ["train.max_steps=1000"], None),
+        command(out, wikitext, 2, ["train.max_steps=1000"], None) + ["--stop-file", str(stop_file)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -155,6 +157,10 @@ def test_sigterm_to_one_rank_checkpoints_exits_0_and_resumes(wikitext, tmp_path)
     stopped = (out / "checkpoints" / checkpoint.LATEST).read_text()
     step = int(stopped.removeprefix("global_step"))
     assert f"stopping at step {step}: " in output and step < 1000
+    # Rank 0 did not get the signal itself; it leaves the note a batch script requeues on.
+    assert json.loads(stop_file.read_text()) == dict(
+        step=step, reason="a stop signal on another rank", checkpoints=str(out / "checkpoints")
+    )
 
     proc = train(out, wikitext, overrides=[f"train.max_steps={step + 2}"], resume="auto")
     assert f"resumed {stopped} at step {step}" in proc.stdout

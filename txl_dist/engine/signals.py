@@ -4,35 +4,59 @@ A signal may reach one rank only (a scheduler, a user's kill); the handler only 
 each step all ranks max-reduce their flags, so they all stop after the same step. They reduce
 a second flag for train.max_wallclock, so that all ranks also agree on why they stop: a signal on
 any rank wins over the deadline (`wallclock` is then False).
+
+Signals are caught from the first line of launch/pretrain.py on (catch_stop_signals), before
+the slow imports: a scheduler's warning can come at any time. So this module imports torch only
+where it reduces.
 """
 
 from __future__ import annotations
 
 import signal
 import time
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
+import psutil
+
+if TYPE_CHECKING:
+    import torch
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+_received: str | None = None  # the process's first stop signal: signals reach processes
+
+
+def catch_stop_signals() -> None:
+    """From now on a stop signal is remembered instead of ending the process."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _remember)
+
+
+def _remember(signum, frame) -> None:
+    global _received
+    _received = _received or signal.Signals(signum).name
 
 
 class StopRequest:
-    """Remembers a stop signal or an elapsed wall-clock budget until all ranks agree on it."""
+    """A stop signal (caught since catch_stop_signals) or an elapsed wall-clock budget, until all
+    ranks agree on it."""
 
     def __init__(self, max_wallclock: float | None = None):
-        self.received: str | None = None
         self.wallclock = False  # set by agreed(): every rank stops because of the deadline only
-        self.deadline = time.monotonic() + max_wallclock if max_wallclock else None
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, self._handle)
+        # From the process's start, not ours: imports and setup count against a job's time limit.
+        started = psutil.Process().create_time()
+        self.deadline = started + max_wallclock if max_wallclock else None
+        catch_stop_signals()
 
-    def _handle(self, signum, frame) -> None:
-        self.received = signal.Signals(signum).name
+    @property
+    def received(self) -> str | None:
+        return _received
 
     def agreed(self, device: torch.device) -> bool:
         """True on every rank if any rank got a signal or passed the deadline."""
-        expired = self.deadline is not None and time.monotonic() >= self.deadline
+        import torch
+        import torch.distributed as dist
+
+        expired = self.deadline is not None and time.time() >= self.deadline
         flags = torch.tensor([float(self.received is not None), float(expired)], device=device)
         if dist.is_initialized():
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)

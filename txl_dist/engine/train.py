@@ -42,10 +42,6 @@ from txl_dist.engine.signals import StopRequest
 from txl_dist.inspect import forward_flops_per_token
 from txl_dist.model import TransformerXL
 
-# Exit code of a run that checkpointed and stopped because train.max_wallclock ran out (a stop
-# by signal exits 0): the caller may restart it with --resume auto (pretrain.sbatch requeues).
-EXIT_WALLCLOCK = 3
-
 
 class NonFiniteLossError(RuntimeError):
     """Too many consecutive steps had a non-finite loss."""
@@ -63,6 +59,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--resume", default=None, help="auto (the run's latest) or a checkpoint path"
+    )
+    parser.add_argument(
+        "--stop-file",
+        default=None,
+        metavar="PATH",
+        help="after an early stop (stop signal or train.max_wallclock) has checkpointed, rank 0 "
+        "writes the step and reason here as JSON; batch scripts requeue the job on it",
     )
     parser.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed
     return parser.parse_args(argv)
@@ -213,8 +216,8 @@ class Trainer:
 
     # ---- the loop ----
 
-    def run(self) -> int:
-        """Train to max_steps or a stop request; returns the process exit code."""
+    def run(self) -> str | None:
+        """Train to max_steps or a stop request; returns why it stopped early (None: finished)."""
         train = self.config.train
         batches = iter(self.streams)
         window = _Window()
@@ -239,7 +242,7 @@ class Trainer:
             if stop:
                 self._announce(f"stopping at step {self.step}: {self.stop.reason()}")
                 self._finish()
-                return EXIT_WALLCLOCK if self.stop.wallclock else 0
+                return self.stop.reason()
         if last_saved != self.step:
             self._save()
         if not (train.eval_interval and self.step % train.eval_interval == 0):
@@ -247,7 +250,7 @@ class Trainer:
         if self.config.data.test_split:
             self._evaluate(self.config.data.test_split)
         self._finish()
-        return 0
+        return None
 
     def _train_step(self, input_ids: torch.Tensor, targets: torch.Tensor) -> float:
         """One optimizer step over all slots; returns the loss averaged over ranks."""
@@ -428,8 +431,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
     trainer = Trainer(config, world, micro, accum, args.resume)
-    code = trainer.run()
+    stopped_early = trainer.run()
+    if stopped_early and args.stop_file and world.is_main:
+        _write_stop_file(args.stop_file, trainer.step, stopped_early, trainer.ckpt_dir)
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
-    sys.exit(code)
+
+
+def _write_stop_file(path: str, step: int, reason: str, ckpt_dir: str) -> None:
+    """Written only once the checkpoint is complete: its presence means "resume me"."""
+    with open(path, "w") as f:
+        json.dump(dict(step=step, reason=reason, checkpoints=ckpt_dir), f)
