@@ -56,14 +56,19 @@ def rank_pid(out: Path, rank: int) -> int:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            environ = dict(
+                line.split(b"=", 1)
+                for line in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                if b"=" in line
+            )
         except OSError:  # exited meanwhile
             continue
-        # The launchers (the batch shell, srun, python -m torch.distributed.run) carry the same
-        # arguments; a rank is a python running the script. srun gives it SLURM_PROCID only.
+        # The launchers (the batch shell, srun, torchrun, deepspeed's runner) carry the same
+        # arguments; a rank is a python running the script: its rank is RANK from a launcher
+        # or, started by srun itself, SLURM_PROCID.
         is_rank = Path(cmdline[0].decode()).name.startswith("python") and b"-m" not in cmdline
         mine = is_rank and f"train.out_dir={out}".encode() in cmdline
-        if mine and {f"RANK={rank}".encode(), f"SLURM_PROCID={rank}".encode()} & set(environ):
+        if mine and environ.get(b"RANK", environ.get(b"SLURM_PROCID")) == str(rank).encode():
             return int(pid)
     raise AssertionError(f"no process of rank {rank} for {out}")
 
@@ -107,6 +112,13 @@ class Cluster:
         """scontrol's view of a job as key -> value."""
         return dict(re.findall(r"(\w+)=(\S*)", self.run("scontrol", "-o", "show", "job", job_id)))
 
+    def start_requeued(self, job_id: str) -> None:
+        """Start a requeued job now instead of after its ~150 s BeginTime delay."""
+        # slurmd refuses a credential issued in the same second its job was revoked (the
+        # requeue): "Job credential revoked". The delay exists for that; 2 s is enough.
+        time.sleep(2)
+        self.run("scontrol", "update", f"jobid={job_id}", "StartTime=now")
+
     def wait_job(self, job_id: str, timeout: float) -> dict[str, str]:
         return wait_for(
             f"job {job_id} to finish",
@@ -138,7 +150,9 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="session")
 def reference(cluster, wikitext, tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """An uninterrupted 1 node x 2 task SLURM job: its run directory and final job record."""
+    """An uninterrupted 1 node x 2 task SLURM job, ranks started by srun itself: its run
+    directory and final job record."""
     out = tmp_path_factory.mktemp("slurm-reference")
-    job_id = cluster.sbatch(out, ["--ntasks-per-node=2"], pretrain_args(out, wikitext, []))
+    sbatch = ["--ntasks-per-node=2", "--export=ALL,TXL_LAUNCHER=srun"]
+    job_id = cluster.sbatch(out, sbatch, pretrain_args(out, wikitext, []))
     return out, cluster.wait_job(job_id, timeout=300)

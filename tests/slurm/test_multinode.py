@@ -1,5 +1,6 @@
-"""launch/multinode.sh without SLURM, one launcher per namespace node: 2 nodes x 1 rank give the
-1 node x 2 rank losses, and a killed rank fails the whole job fast and resumes after."""
+"""launch/multinode.sh without SLURM, one launcher per namespace node (torchrun or DeepSpeed's
+--no_ssh): 2 nodes x 1 rank give the 1 node x 2 rank losses, and a killed rank fails the whole
+job fast and resumes after."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import train_losses
 from tests.slurm.conftest import NODE_ADDR, pretrain_args, rank_pid, wait_for
@@ -18,7 +21,9 @@ MULTINODE = str(REPO_ROOT / "launch" / "multinode.sh")
 PORTS = itertools.count(29533)  # a fresh rendezvous port for every launch
 
 
-def launch(cluster, out: Path, data: Path, overrides: list[str], name: str) -> list:
+def launch(
+    cluster, out: Path, data: Path, overrides: list[str], name: str, launcher: str = "torchrun"
+) -> list:
     """Start launch/multinode.sh in n1 (node 0) and n2 (node 1); logs go to out/{name}-nodeN.log."""
     out.mkdir(parents=True, exist_ok=True)
     port = str(next(PORTS))
@@ -30,6 +35,7 @@ def launch(cluster, out: Path, data: Path, overrides: list[str], name: str) -> l
             TXL_MASTER_ADDR=NODE_ADDR["n1"],
             TXL_MASTER_PORT=port,
             TXL_NPROC_PER_NODE="1",
+            TXL_LAUNCHER=launcher,
             OMP_NUM_THREADS="1",  # the two "nodes" share the cores (and match the 1-node run)
         )
         with open(out / f"{name}-node{node_rank}.log", "w") as log:
@@ -57,8 +63,9 @@ def finish(procs: list, timeout: float) -> list[int]:
                 p.wait()
 
 
-def test_two_nodes_match_one_node(cluster, reference, wikitext, tmp_path):
-    codes = finish(launch(cluster, tmp_path, wikitext, [], "run"), timeout=300)
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
+def test_two_nodes_match_one_node(cluster, reference, wikitext, tmp_path, launcher):
+    codes = finish(launch(cluster, tmp_path, wikitext, [], "run", launcher), timeout=300)
     assert codes == [0, 0], (tmp_path / "run-node0.log").read_text()[-3000:]
     # Same seed, rows and two-rank reductions: the same losses bit for bit.
     assert train_losses(tmp_path) == train_losses(reference[0])

@@ -1,4 +1,6 @@
-"""pretrain.sbatch on a real SLURM cluster: a plain job, then a preempted 2-node job."""
+"""pretrain.sbatch on a real SLURM cluster, in each launch mode: a plain job (srun starts the
+ranks), a preempted 2-node job (torchrun per node), a 2-node job that keeps stopping at
+train.max_wallclock (DeepSpeed's launcher per node), and a job that loses a rank."""
 
 from __future__ import annotations
 
@@ -7,63 +9,92 @@ import re
 import signal
 import time
 
-from tests.integration.runs import eval_ppl, train_losses
-from tests.slurm.conftest import STEPS, pretrain_args, rank_pid, steps_logged, wait_for
+from tests.integration.runs import eval_ppl, records, train_losses
+from tests.slurm.conftest import FINISHED, STEPS, pretrain_args, rank_pid, steps_logged, wait_for
+
+# Two nodes x 1 task: the rendezvous crosses the namespaces; one thread per rank as in the
+# 1 node x 2 task reference, so the losses can match exactly.
+TWO_NODES = ["--nodes=2", "--ntasks-per-node=1"]
 
 
 def test_job_trains_evaluates_and_checkpoints(reference):
     out, job = reference
     log = (out / f"slurm-{job['JobId']}.out").read_text()
     assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
+    assert "2 ranks on 1 node(s)" in log and "via srun" in log
     assert sorted(train_losses(out)) == list(range(1, STEPS + 1))
     assert eval_ppl(out) > 0
     assert (out / "checkpoints" / "latest").read_text().strip() == f"global_step{STEPS}"
     assert f"slurm job {job['JobId']}, restart 0" in log
+    assert "requeueing" not in log  # a finished run leaves no stop file
 
 
 def test_preempted_two_node_job_checkpoints_requeues_and_continues(
     cluster, reference, wikitext, tmp_path
 ):
     out = tmp_path / "run"
-    # Two nodes x 1 task: the rendezvous crosses the namespaces; one thread per rank as in the
-    # 1 node x 2 task reference, so the losses can match exactly.
-    nodes = ["--nodes=2", "--ntasks-per-node=1", "--export=ALL,OMP_NUM_THREADS=1"]
-    job_id = cluster.sbatch(out, nodes, pretrain_args(out, wikitext, []))
+    sbatch = [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1"]  # torchrun: the default launcher
+    job_id = cluster.sbatch(out, sbatch, pretrain_args(out, wikitext, []))
     wait_for("the first training step", lambda: steps_logged(out) >= 1, timeout=180)
     # What SLURM does --signal seconds before the time limit: USR1 to the batch shell only.
     cluster.run("scancel", "--batch", "--signal=USR1", job_id)
-    # A requeued job waits ~150 s (its BeginTime) before it may start again; skip the wait.
     wait_for(
         "the requeue",
         lambda: cluster.job(job_id)["JobState"] == "PENDING",
         timeout=120,
         interval=0.5,
     )
-    # slurmd refuses a credential issued in the same second its job was revoked (the requeue):
-    # "Job credential revoked". The BeginTime delay exists for that; a 2 s wait is enough.
-    time.sleep(2)
-    cluster.run("scontrol", "update", f"jobid={job_id}", "StartTime=now")
+    cluster.start_requeued(job_id)
     job = cluster.wait_job(job_id, timeout=300)
 
     log = (out / f"slurm-{job_id}.out").read_text()
     assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
     assert job["Restarts"] == "1"
+    assert "2 ranks on 2 node(s)" in log and "via torchrun" in log
     match = re.search(r"stopping at step (\d+): SIGUSR1 received", log)
     assert match, log[-3000:]
     stopped = int(match.group(1))
     assert stopped < STEPS  # mid-run, so the resumed job has steps to continue
     assert f"resumed global_step{stopped} at step {stopped}" in log
     assert f"slurm job {job_id}, restart 1" in log
-    assert "2 ranks on 2 node(s)" in log
     assert train_losses(out) == train_losses(reference[0])  # the same sequence, bit for bit
+
+
+def test_wallclock_stops_requeue_until_the_run_is_done(cluster, wikitext, tmp_path):
+    out = tmp_path / "run"
+    # No warning signal: every start stops itself 15 s after its processes started (some
+    # seconds of training), checkpoints and requeues, until all steps are done.
+    steps = 150
+    args = pretrain_args(out, wikitext, ["train.max_wallclock=15", f"train.max_steps={steps}"])
+    sbatch = [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1,TXL_LAUNCHER=deepspeed"]
+    job_id = cluster.sbatch(out, sbatch, args)
+    deadline = time.monotonic() + 600
+    restarts_started = 0
+    while (job := cluster.job(job_id))["JobState"] not in FINISHED:
+        assert time.monotonic() < deadline, f"job {job_id} still {job['JobState']}"
+        if job["JobState"] == "PENDING" and int(job["Restarts"]) > restarts_started:
+            restarts_started = int(job["Restarts"])
+            cluster.start_requeued(job_id)
+        time.sleep(0.5)
+
+    log = (out / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
+    assert "2 ranks on 2 node(s)" in log and "via deepspeed" in log
+    stops = [int(s) for s in re.findall(r"stopping at step (\d+): train.max_wallclock", log)]
+    assert stops and int(job["Restarts"]) == len(stops), log[-3000:]
+    for stop in stops:
+        assert f"resumed global_step{stop} at step {stop}" in log
+    # Every step trained exactly once: no step lost to a stop, none repeated after a resume.
+    logged = [r["step"] for r in records(out) if "split" not in r]
+    assert logged == list(range(1, steps + 1))
 
 
 def test_killed_rank_fails_the_job_fast(cluster, wikitext, tmp_path):
     out = tmp_path / "run"
     args = pretrain_args(out, wikitext, ["train.save_interval=2"])
-    job_id = cluster.sbatch(out, ["--ntasks-per-node=2"], args)
+    job_id = cluster.sbatch(out, [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1"], args)
     wait_for("the first checkpoint", (out / "checkpoints" / "latest").exists, timeout=180)
-    os.kill(rank_pid(out, rank=1), signal.SIGKILL)
+    os.kill(rank_pid(out, rank=1), signal.SIGKILL)  # node 2's only rank
     killed = time.monotonic()
     job = cluster.wait_job(job_id, timeout=60)
     assert time.monotonic() - killed < 60
