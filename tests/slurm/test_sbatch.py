@@ -34,7 +34,8 @@ def test_preempted_two_node_job_checkpoints_requeues_and_continues(
 ):
     out = tmp_path / "run"
     sbatch = [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1"]  # torchrun: the default launcher
-    job_id = cluster.sbatch(out, sbatch, pretrain_args(out, wikitext, []))
+    wandb = ["logging.wandb.mode=offline"]
+    job_id = cluster.sbatch(out, sbatch, pretrain_args(out, wikitext, wandb))
     wait_for("the first training step", lambda: steps_logged(out) >= 1, timeout=180)
     # What SLURM does --signal seconds before the time limit: USR1 to the batch shell only.
     cluster.run("scancel", "--batch", "--signal=USR1", job_id)
@@ -58,6 +59,18 @@ def test_preempted_two_node_job_checkpoints_requeues_and_continues(
     assert f"resumed global_step{stopped} at step {stopped}" in log
     assert f"slurm job {job_id}, restart 1" in log
     assert train_losses(out) == train_losses(reference[0])  # the same sequence, bit for bit
+    # Both starts log to one wandb run (the id is kept in the checkpoint), with the job's
+    # requeue count and id.
+    run_id = re.search(r"run (\w+), requeues 1", log).group(1)
+    assert f"run {run_id}, requeues 0" in log
+    runs = sorted((out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(run.name.endswith(f"-{run_id}") for run in runs)
+    resumed = next(runs[1].glob("run-*.wandb")).read_bytes()
+    assert b"train/requeues" in resumed and b"train/slurm_job_id" in resumed
+    assert {(r["requeues"], r["slurm_job_id"]) for r in records(out) if "split" not in r} == {
+        (0, int(job_id)),
+        (1, int(job_id)),
+    }
 
 
 def test_wallclock_stops_requeue_until_the_run_is_done(cluster, wikitext, tmp_path):
