@@ -1,21 +1,25 @@
-"""launch/multinode.sh without SLURM, one launcher per namespace node (torchrun or DeepSpeed's
---no_ssh): 2 nodes x 1 rank give the 1 node x 2 rank losses, and a killed rank fails the whole
-job fast and resumes after."""
+"""Multi-node without SLURM on the namespace nodes: launch/multinode.sh, one launcher per node
+(torchrun or DeepSpeed's --no_ssh), and DeepSpeed's launcher over ssh from a hostfile (an sshd in
+each node): 2 nodes x 1 rank give the 1 node x 2 rank losses; a killed rank fails the whole job
+fast and the job resumes after."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import train_losses
-from tests.slurm.conftest import NODE_ADDR, pretrain_args, rank_pid, wait_for
+from tests.slurm.conftest import IFNAME, NODE_ADDR, pretrain_args, rank_pid, wait_for
 
 MULTINODE = str(REPO_ROOT / "launch" / "multinode.sh")
 PORTS = itertools.count(29533)  # a fresh rendezvous port for every launch
@@ -88,4 +92,80 @@ def test_killed_rank_fails_all_nodes_fast_then_resume_continues(
     log = (tmp_path / "resumed-node0.log").read_text()
     assert codes == [0, 0], log[-3000:]
     assert f"resumed global_step{saved} at step {saved}" in log
+    assert train_losses(tmp_path) == train_losses(reference[0])
+
+
+@pytest.fixture
+def ssh_nodes(cluster, tmp_path) -> Iterator[dict[str, str]]:
+    """An sshd in each node that takes a fresh key; yields the environment that uses it."""
+    if shutil.which("sshd") is None or shutil.which("pdsh") is None:
+        apt = ["apt-get", "install", "-y", "-q", "openssh-server", "pdsh"]
+        subprocess.run(apt, check=True, capture_output=True, timeout=600)
+    keys = tmp_path / "ssh"
+    keys.mkdir(mode=0o700)
+    for key in ("host", "client"):
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", keys / key], check=True
+        )
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    daemons = []
+    try:
+        for node, addr in NODE_ADDR.items():
+            config = keys / f"sshd-{node}.conf"
+            config.write_text(
+                f"ListenAddress {addr}\nHostKey {keys / 'host'}\nPidFile none\n"
+                f"AuthorizedKeysFile {keys / 'client.pub'}\nPermitRootLogin prohibit-password\n"
+                "StrictModes no\nUsePAM no\n"
+            )
+            # -D: stays in the foreground, a child of ours to stop after.
+            daemons.append(subprocess.Popen(cluster.on_node(node, [sshd, "-D", "-f", str(config)])))
+        # DeepSpeed and pdsh run `ssh` from PATH: this one uses the key and trusts the test's hosts,
+        # without touching the user's ~/.ssh.
+        (keys / "ssh_config").write_text(
+            f"IdentityFile {keys / 'client'}\nStrictHostKeyChecking no\n"
+            "UserKnownHostsFile /dev/null\nLogLevel ERROR\n"
+        )
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "ssh").write_text(
+            f'#!/bin/sh\nexec /usr/bin/ssh -F {keys / "ssh_config"} "$@"\n'
+        )
+        (bin_dir / "ssh").chmod(0o755)
+        for addr in NODE_ADDR.values():
+            login = cluster.on_node("n1", [str(bin_dir / "ssh"), addr, "true"])
+            wait_for(f"sshd at {addr}", lambda cmd=login: subprocess.run(cmd).returncode == 0, 30)
+        # Variables for the remote ranks go through DeepSpeed's environment file.
+        (keys / "deepspeed_env").write_text(f"GLOO_SOCKET_IFNAME={IFNAME}\nOMP_NUM_THREADS=1\n")
+        yield {
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "DS_ENV_FILE": str(keys / "deepspeed_env"),
+        }
+    finally:
+        for daemon in daemons:
+            daemon.terminate()
+            daemon.wait()
+
+
+def test_deepspeed_over_ssh_matches_one_node(cluster, reference, wikitext, ssh_nodes, tmp_path):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("".join(f"{addr} slots=1\n" for addr in NODE_ADDR.values()))
+    deepspeed = [sys.executable, "-m", "deepspeed.launcher.runner", "--hostfile", str(hostfile)]
+    deepspeed += ["--master_addr", NODE_ADDR["n1"], "--master_port", str(next(PORTS))]
+    args = [*deepspeed, str(REPO_ROOT / "launch" / "pretrain.py"), "--resume", "auto"]
+    args += pretrain_args(tmp_path, wikitext, [])
+    with open(tmp_path / "ssh.log", "w") as log:
+        proc = subprocess.Popen(
+            cluster.on_node("n1", args),
+            env=cluster.env(**ssh_nodes),
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (code,) = finish([proc], timeout=300)
+    log = (tmp_path / "ssh.log").read_text()
+    assert code == 0, log[-3000:]
+    assert f"pdsh -S -f 1024 -w {NODE_ADDR['n1']},{NODE_ADDR['n2']}" in log  # over ssh
+    assert f"{NODE_ADDR['n2']}: " in log  # pdsh prefixes what node 2's launcher printed
     assert train_losses(tmp_path) == train_losses(reference[0])
