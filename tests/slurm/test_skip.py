@@ -1,0 +1,30 @@
+"""Without root the SLURM tests skip, saying why: run in a user namespace, where we are not root."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+
+def test_without_root_the_cluster_tests_skip_with_the_reason():
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    pytest_args = [sys.executable, "-m", "pytest", "tests/slurm/test_sbatch.py", "-rs", "-q"]
+    proc = subprocess.run(
+        ["unshare", "--user", *pytest_args, "-p", "no:cacheprovider"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if "unshare failed" in proc.stderr:  # user namespaces disabled on this machine
+        pytest.skip(f"cannot create a user namespace: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "passed" not in proc.stdout and "failed" not in proc.stdout
+    assert "skipped" in proc.stdout
+    assert "the SLURM tests start daemons and network namespaces: run them as root" in proc.stdout
