@@ -25,11 +25,9 @@ TINY = REPO / "configs" / "tiny.json"
 
 
 def settings(data: str, out_dir: str, stage: int, dtype: str, steps: int) -> list[str]:
-    n_token = json.loads((Path(data) / "train" / "manifest.json").read_text())["vocab_size"]
     values = [
         f"data.path={data}",
         f"train.out_dir={out_dir}",
-        f"model.n_token={n_token}",
         f"deepspeed.zero_optimization.stage={stage}",
         f"deepspeed.bf16.enabled={json.dumps(dtype == 'bf16')}",
         f"train.max_steps={steps}",
@@ -140,7 +138,8 @@ def main() -> None:
             r = throughput(args.data, stage, dtype, args.steps, args.nproc)
             print(f"{stage:>4} {dtype:>5} {r['tokens_per_s']:9.0f} {r['step_ms']:8.1f}", flush=True)
 
-    estimate = inspect_config(str(TINY), args.nproc).zero_bytes_per_rank
+    estimate = inspect_config(str(TINY), args.nproc, [f"data.path={args.data}"])
+    estimate = estimate.zero_bytes_per_rank
     print("\nmodel states per rank (bf16 + Adam), MiB: measured per rank | txl-inspect estimate")
     for stage in range(4):
         measured = memory(args.data, stage, args.nproc)

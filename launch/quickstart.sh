@@ -15,11 +15,9 @@ source_args=()
 [ -n "${TXL_DATA_SOURCE:-}" ] && source_args=(--source "$TXL_DATA_SOURCE")
 .venv/bin/txl-prepare --dataset wikitext-103 "${source_args[@]}" --out "$data"
 
-# The tiny model takes its vocabulary size from the data (the train prefix has fewer types than
-# the full corpus); a split the source lacks is not evaluated.
-n_token=$(.venv/bin/python -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" \
-  "$data/train/manifest.json")
-settings=(--set "data.path=$data" --set "train.out_dir=$out" --set "model.n_token=$n_token")
+# The tiny config takes its vocabulary size from the data (model.n_token "auto"); a split the
+# source lacks is not evaluated.
+settings=(--set "data.path=$data" --set "train.out_dir=$out")
 [ -f "$data/test/manifest.json" ] || settings+=(--set data.test_split=null)
 
 exec .venv/bin/deepspeed --num_gpus "$nproc" launch/pretrain.py --config configs/tiny.json \

@@ -4,18 +4,50 @@ import json
 
 import pytest
 
+from data_pipeline.prepare import main as prepare_main
 from tests.conftest import REPO_ROOT
 from txl_dist.config import ConfigError, apply_overrides, load_run_config, run_config_from_dict
 
-
-def tiny() -> dict:
-    return json.loads((REPO_ROOT / "configs/tiny.json").read_text())
+PRESETS = ["tiny", "wt103_base", "large", "lm1b_base", "lm1b_large"]
 
 
-@pytest.mark.parametrize("name", ["tiny", "wt103_base", "large", "lm1b_base", "lm1b_large"])
-def test_shipped_configs_load(name):
-    config = load_run_config(str(REPO_ROOT / f"configs/{name}.json"))
-    assert config.train.global_rows % config.deepspeed["train_micro_batch_size_per_gpu"] == 0
+def preset(name: str) -> dict:
+    values = json.loads((REPO_ROOT / f"configs/{name}.json").read_text())
+    if values["model"]["n_token"] == "auto":  # from the data, which these tests do not prepare
+        values["model"]["n_token"] = 32_000
+    return values
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_runs_on_cluster_sizes_or_says_which(name):
+    config = run_config_from_dict(preset(name))
+    rows, limit = config.train.global_rows, config.train.max_micro_rows
+    for world_size in (1, 2, 4, 8, 16, 32, 64):
+        if rows % world_size == 0:
+            micro, accum = config.batch_layout(world_size)
+            assert micro * accum * world_size == rows
+            assert micro <= limit
+            # the largest micro batch under the limit: fewer, fuller steps
+            assert all((rows // world_size) % m or m > limit for m in range(micro + 1, limit + 1))
+        else:
+            with pytest.raises(ConfigError) as err:
+                config.batch_layout(world_size)
+            message = str(err.value)
+            assert "\n" not in message and f"does not split evenly over {world_size}" in message
+            assert "this config runs on 1, " in message and "set train.global_rows" in message
+
+
+def test_n_token_auto_reads_the_vocabulary_size_of_the_data(tmp_path, shared_data):
+    text = shared_data / "wikitext-2" / "valid.txt"  # over 10,000 types: tiny's cutoffs fit
+    data = tmp_path / "data"
+    assert prepare_main(["--dataset", "text", "--source", str(text), "--out", str(data)]) == 0
+    # a file named valid.txt is the valid split; the vocabulary comes from the training split
+    vocab_size = json.loads((data / "valid" / "manifest.json").read_text())["vocab_size"]
+    tiny_config = str(REPO_ROOT / "configs/tiny.json")
+    config = load_run_config(tiny_config, [f"data.path={data}", "data.train_split=valid"])
+    assert config.model.n_token == vocab_size
+    with pytest.raises(ConfigError, match=r"model\.n_token=auto .* not found.* txl-prepare"):
+        load_run_config(tiny_config, [f"data.path={tmp_path / 'missing'}"])
 
 
 @pytest.mark.parametrize(
@@ -35,7 +67,7 @@ def test_shipped_configs_load(name):
     ],
 )
 def test_bad_values_name_the_key(section, key, value, message):
-    values = tiny()
+    values = preset("tiny")
     values[section][key] = value
     with pytest.raises(ConfigError, match=message):
         run_config_from_dict(values)
@@ -43,26 +75,29 @@ def test_bad_values_name_the_key(section, key, value, message):
 
 def test_unknown_section_is_named():
     with pytest.raises(ConfigError, match=r"unknown section 'optimizer' \(did you mean optim\?\)"):
-        run_config_from_dict({**tiny(), "optimizer": {}})
+        run_config_from_dict({**preset("tiny"), "optimizer": {}})
 
 
 def test_overrides_parse_json_and_reach_nested_keys():
     values = apply_overrides(
-        tiny(), ["train.max_steps=7", "deepspeed.zero_optimization.stage=3", "data.path=s3://b/x"]
+        preset("tiny"),
+        ["train.max_steps=7", "deepspeed.zero_optimization.stage=3", "data.path=s3://b/x"],
     )
     config = run_config_from_dict(values)
     assert config.train.max_steps == 7 and config.zero_stage == 3
     assert config.data.path == "s3://b/x"
     with pytest.raises(ConfigError, match="expected section.key=value"):
-        apply_overrides(tiny(), ["max_steps"])
+        apply_overrides(preset("tiny"), ["max_steps"])
 
 
-def test_batch_layout_derives_accumulation_and_refuses_inconsistency():
-    config = run_config_from_dict(tiny())  # global_rows 8, micro 4
+def test_batch_layout_derives_micro_batch_and_accumulation_and_refuses_inconsistency():
+    config = run_config_from_dict(preset("tiny"))  # global_rows 8, max_micro_rows 4
     assert config.batch_layout(world_size=2) == (4, 1)
     assert config.batch_layout(world_size=1) == (4, 2)
-    with pytest.raises(ConfigError, match=r"global_rows=8 must equal world size 3"):
+    with pytest.raises(ConfigError, match=r"global_rows=8 does not split evenly over 3 ranks"):
         config.batch_layout(world_size=3)
+    config.deepspeed["train_micro_batch_size_per_gpu"] = 2  # pinned: accumulation derived
+    assert config.batch_layout(world_size=2) == (2, 2)
     config.deepspeed["gradient_accumulation_steps"] = 4
     with pytest.raises(ConfigError, match="gradient_accumulation_steps \\(4\\)"):
         config.batch_layout(world_size=2)

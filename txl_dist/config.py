@@ -175,8 +175,12 @@ class TrainConfig:
     """Seconds after the process started at which the run checkpoints and stops by itself."""
     dist_timeout_s: float = 600.0
     """Seconds a collective waits for the other ranks; bounds the hang after a rank dies."""
+    max_micro_rows: int | None = None
+    """Most rows one device runs at once; micro batch and accumulation are derived from it."""
 
     def __post_init__(self) -> None:
+        if self.max_micro_rows is not None and self.max_micro_rows < 1:
+            raise ValueError(f"train.max_micro_rows must be at least 1, got {self.max_micro_rows}")
         for name in ("global_rows", "max_steps", "keep_last", "max_nonfinite_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be at least 1, got {getattr(self, name)}")
@@ -233,23 +237,36 @@ class RunConfig:
         return int(self.deepspeed.get("zero_optimization", {}).get("stage", 0))
 
     def batch_layout(self, world_size: int) -> tuple[int, int]:
-        """(micro batch rows, accumulation steps) per rank, checked against train.global_rows."""
+        """(micro batch rows, accumulation steps) per rank, checked against train.global_rows.
+
+        DeepSpeed's `train_micro_batch_size_per_gpu` / `gradient_accumulation_steps` pin the
+        layout when given; otherwise the micro batch is the largest that divides the rank's rows
+        and fits train.max_micro_rows, so one preset runs on any world size that divides it.
+        """
         ds, rows = self.deepspeed, self.train.global_rows
+        if rows % world_size:
+            supported = [str(n) for n in range(1, rows + 1) if rows % n == 0]
+            raise ConfigError(
+                f"batch layout: train.global_rows={rows} does not split evenly over {world_size} "
+                f"ranks; this config runs on {', '.join(supported)} ranks: set train.global_rows "
+                f"to a multiple of {world_size} (e.g. {-(-rows // world_size) * world_size})"
+            )
+        per_rank = rows // world_size
         micro = ds.get("train_micro_batch_size_per_gpu")
         accum = ds.get("gradient_accumulation_steps")
+        if micro is None and accum is None:
+            limit = self.train.max_micro_rows or per_rank
+            micro = max(n for n in range(1, min(limit, per_rank) + 1) if per_rank % n == 0)
         if micro is None:
-            accum = accum or 1
-            micro, rest = divmod(rows, world_size * accum)
-        elif accum is None:
-            accum, rest = divmod(rows, world_size * micro)
-        else:
-            rest = rows - micro * accum * world_size
-        if rest or not micro or not accum or micro * accum * world_size != rows:
+            micro = per_rank // accum
+        if accum is None:
+            accum = per_rank // micro
+        if not micro or not accum or micro * accum != per_rank:
             raise ConfigError(
                 f"batch layout: train.global_rows={rows} must equal world size {world_size} x "
                 f"deepspeed.train_micro_batch_size_per_gpu ({micro}) x "
-                f"deepspeed.gradient_accumulation_steps ({accum}); change one of them "
-                f"(or leave gradient_accumulation_steps out to have it derived)"
+                f"deepspeed.gradient_accumulation_steps ({accum}); change one of them, or leave "
+                "both out to have them derived from train.max_micro_rows"
             )
         if ds.get("train_batch_size") not in (None, rows):
             raise ConfigError(
@@ -327,4 +344,23 @@ def load_run_config(path: str, overrides: list[str] = ()) -> RunConfig:
         raise ConfigError(f"config file {path} not found") from err
     except json.JSONDecodeError as err:
         raise ConfigError(f"config file {path} is not valid JSON: {err}") from err
-    return run_config_from_dict(apply_overrides(values, list(overrides)))
+    return run_config_from_dict(resolve_vocab_size(apply_overrides(values, list(overrides))))
+
+
+def resolve_vocab_size(values: dict[str, Any]) -> dict[str, Any]:
+    """Replace `model.n_token: "auto"` with the vocabulary size in the train split's manifest."""
+    model, data = values.get("model"), values.get("data")
+    if not isinstance(model, dict) or model.get("n_token") != "auto" or not isinstance(data, dict):
+        return values
+    from data_pipeline.errors import DataError
+    from data_pipeline.shards import load_manifest, manifest_url
+
+    url = manifest_url(str(data.get("path")), data.get("train_split", "train"))
+    try:
+        vocab_size = load_manifest(url, data.get("storage_options") or {}).vocab_size
+    except DataError as err:
+        raise ConfigError(
+            f"model.n_token=auto takes the vocabulary size from the data, but {err}; prepare "
+            "the data with txl-prepare, fix data.path, or set model.n_token to a number"
+        ) from err
+    return {**values, "model": {**model, "n_token": vocab_size}}

@@ -32,8 +32,8 @@ from data_pipeline.shards import vocab_url
 from data_pipeline.vocab import Vocab
 from txl_dist.config import ConfigError, RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint import CLIENT_FILE, LATEST, ResumePoint, find_resume_point
-from txl_dist.inspect import build_on_meta
 from txl_dist.model import TransformerXL
+from txl_dist.model.accounting import build_on_meta
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -11,19 +11,14 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 
-import torch
-
-from txl_dist.model import TransformerXL, TXLConfig
-from txl_dist.model.adaptive import cluster_dims
-
-# Bytes of model states per parameter for mixed-precision Adam (ZeRO paper, section 3):
-# fp16/bf16 weights 2 + gradients 2 + fp32 master weights, momentum and variance 12.
-ZERO_STAGES = {
-    0: lambda n: 16.0,
-    1: lambda n: 4.0 + 12.0 / n,
-    2: lambda n: 2.0 + 14.0 / n,
-    3: lambda n: 16.0 / n,
-}
+from txl_dist.config import ConfigError, load_run_config
+from txl_dist.model.accounting import (
+    ZERO_STAGES,
+    activation_bytes_per_row,
+    build_on_meta,
+    count_parameters,
+    forward_flops_per_token,
+)
 
 
 @dataclass
@@ -46,56 +41,16 @@ class ModelReport:
     """World size the ZeRO estimates are for."""
     zero_bytes_per_rank: dict[int, float]
     """ZeRO stage -> bytes of model states per rank (mixed-precision Adam)."""
+    activation_bytes_per_row: float
+    """Estimated training activations of one micro-batch row in the config's precision."""
 
 
-def build_on_meta(config: TXLConfig) -> TransformerXL:
-    with torch.device("meta"):
-        return TransformerXL(config)
-
-
-def count_parameters(model: TransformerXL) -> tuple[int, int]:
-    """(total, embedding) unique parameter counts."""
-    total = sum(p.numel() for p in model.parameters())
-    embedding_modules = (model.word_emb, model.crit)
-    seen: set[int] = set()
-    embedding = 0
-    for module in embedding_modules:
-        for p in module.parameters():
-            if id(p) not in seen:
-                seen.add(id(p))
-                embedding += p.numel()
-    return total, embedding
-
-
-def forward_flops_per_token(c: TXLConfig) -> float:
-    """2 x multiply-adds per token of a training segment with full memory.
-
-    Counts the query/key/value/output/position projections (keys, values and positions over
-    the K = tgt_len + mem_len context, amortised over tgt_len queries), the three attention
-    products over K keys, the feed-forward block, and the softmax head cluster with its
-    projection. Tail clusters touch only rare tokens and are left out.
-    """
-    inner = c.n_head * c.d_head
-    k_len = c.tgt_len + c.mem_len
-    per_layer = (
-        c.d_model * inner  # queries
-        + 3 * c.d_model * inner * k_len / c.tgt_len  # keys, values, relative positions
-        + inner * c.d_model  # output projection
-        + 3 * k_len * inner  # (q+u)k, (q+v)r, attention x values
-        + 2 * c.d_model * c.d_inner  # feed-forward
-    )
-    head_dim = cluster_dims(c)[0]
-    head_size = (c.cutoffs[0] if c.cutoffs else c.n_token) + len(c.cutoffs)
-    softmax = head_size * head_dim + (c.d_model * head_dim if c.d_model != head_dim else 0)
-    return 2.0 * (c.n_layer * per_layer + softmax)
-
-
-def inspect_config(path: str, world_size: int) -> ModelReport:
-    with open(path) as f:
-        run_config = json.load(f)
-    config = TXLConfig.from_dict(run_config["model"])
+def inspect_config(path: str, world_size: int, overrides: list[str] = ()) -> ModelReport:
+    run_config = load_run_config(path, overrides)
+    config = run_config.model
     total, embedding = count_parameters(build_on_meta(config))
     forward = forward_flops_per_token(config)
+    low_precision = any(run_config.deepspeed.get(k, {}).get("enabled") for k in ("bf16", "fp16"))
     return ModelReport(
         config=path,
         parameters=total,
@@ -105,6 +60,7 @@ def inspect_config(path: str, world_size: int) -> ModelReport:
         train_flops_per_token=3 * forward,
         world_size=world_size,
         zero_bytes_per_rank={s: f(world_size) * total for s, f in ZERO_STAGES.items()},
+        activation_bytes_per_row=activation_bytes_per_row(config, 2 if low_precision else 4),
     )
 
 
@@ -120,6 +76,9 @@ def format_report(r: ModelReport) -> str:
         f"  model states per rank at world size {r.world_size} (mixed-precision Adam):",
     ]
     lines += [f"    ZeRO-{s}  {b / gib:10.2f} GiB" for s, b in r.zero_bytes_per_rank.items()]
+    lines.append(
+        f"  activations per micro-batch row (estimate) {r.activation_bytes_per_row / gib:.2f} GiB"
+    )
     return "\n".join(lines)
 
 
@@ -128,11 +87,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", nargs="+", required=True, help="run config JSON file(s)")
     parser.add_argument("--world-size", type=int, default=8, help="ranks for the ZeRO estimate")
     parser.add_argument("--json", action="store_true", help="print one JSON object per config")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value, as in pretrain.py (e.g. --set model.n_token=32000)",
+    )
     args = parser.parse_args(argv)
     if args.world_size < 1:
         parser.error("--world-size must be at least 1")
     for path in args.config:
-        report = inspect_config(path, args.world_size)
+        try:
+            report = inspect_config(path, args.world_size, args.set)
+        except ConfigError as err:
+            parser.exit(2, f"txl-inspect: config error: {err}\n")
         print(json.dumps(asdict(report)) if args.json else format_report(report))
 
 

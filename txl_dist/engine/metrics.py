@@ -35,12 +35,12 @@ def device_peak_tflops(device: torch.device) -> float | None:
 
 
 def memory_gib(device: torch.device) -> float:
-    """Peak accelerator memory, or this process's resident memory on the CPU."""
+    """Peak accelerator memory, or this process's peak resident memory on the CPU."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
-    import psutil
+    import resource
 
-    return psutil.Process().memory_info().rss / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
 def wandb_mode(mode: str) -> str:

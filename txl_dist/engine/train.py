@@ -39,8 +39,8 @@ from txl_dist.engine.metrics import (
 )
 from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.signals import StopRequest
-from txl_dist.inspect import forward_flops_per_token
 from txl_dist.model import TransformerXL
+from txl_dist.model.accounting import forward_flops_per_token
 
 
 class NonFiniteLossError(RuntimeError):
@@ -83,6 +83,28 @@ def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.Op
     return FusedLamb(model.parameters(), **kwargs)
 
 
+def build_model(config: RunConfig, ds_config: dict) -> TransformerXL:
+    """The model with its initial weights from train.seed, the same on every rank and stage.
+
+    Under ZeRO-3 it is built inside `deepspeed.zero.Init`: each module is partitioned as soon
+    as it exists and initialised through a gather, so no rank ever holds the whole model.
+    """
+    if config.zero_stage == 3:
+        with deepspeed.zero.Init(config_dict_or_path=ds_config):
+            model = TransformerXL(config.model, init_weights=False)
+        # Parameters appended to a ParameterList after its __init__ (the adaptive projections)
+        # escape the context; partition them too.
+        deepspeed.zero.Init(module=model, config_dict_or_path=ds_config)
+
+        def gathered(params):
+            return deepspeed.zero.GatheredParameters(params, modifier_rank=0)
+    else:
+        model, gathered = TransformerXL(config.model, init_weights=False), None
+    torch.manual_seed(config.train.seed)
+    model.init_weights(gathered)
+    return model
+
+
 def deepspeed_config(config: RunConfig, micro: int, accum: int, load_universal: bool) -> dict:
     ds = json.loads(json.dumps(config.deepspeed))  # a copy DeepSpeed may mutate
     ds.update(
@@ -108,20 +130,17 @@ class Trainer:
         self.device = init_distributed(world, config.train.dist_timeout_s)
         os.makedirs(self.out_dir, exist_ok=True)
 
-        torch.manual_seed(config.train.seed)  # identical initial weights on every rank
-        model = TransformerXL(config.model)
+        universal = self._needs_universal()
+        ds_config = deepspeed_config(config, micro, accum, universal)
+        model = build_model(config, ds_config)
         if config.train.activation_checkpointing:
             _checkpoint_layers(model)
         optimizer = build_optimizer(model, config)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lr_multiplier(config.optim, config.train.max_steps)
         )
-        universal = self._needs_universal()
         self.engine, _, _, self.scheduler = deepspeed.initialize(
-            model=model,
-            optimizer=optimizer,
-            lr_scheduler=scheduler,
-            config=deepspeed_config(config, micro, accum, universal),
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
         )
         self.streams = self._streams(config.data.train_split, config.model.tgt_len, tail=False)
         self.memory = MemoryBank(accum)

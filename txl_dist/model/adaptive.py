@@ -15,6 +15,9 @@ from torch import Tensor, nn
 
 from txl_dist.model.config import TXLConfig
 
+IGNORE_INDEX = -100
+"""Target id that is not scored (padding): torch's cross_entropy default, as the data pipeline's."""
+
 
 def cluster_bounds(config: TXLConfig) -> list[tuple[int, int]]:
     """[(start, end)] token-id range of each cluster, head first."""
@@ -108,25 +111,54 @@ class AdaptiveLogSoftmax(nn.Module):
         return F.log_softmax(self._cluster_logits(hidden, 0).float(), dim=-1)
 
     def forward(self, hidden: Tensor, targets: Tensor) -> Tensor:
-        """NLL [N] (float32) of targets [N] under hidden [N, d_model]."""
+        """NLL [N] (float32) of targets [N] under hidden [N, d_model]; ignored targets score 0.
+
+        Every cluster is computed on every call, with however many rows it has (possibly none),
+        so each rank touches the same parameters in the same order whatever its batch holds:
+        under ZeRO-3 each access is a collective. The only host transfer is the rows per cluster.
+        """
         if not self.n_clusters:
             return F.cross_entropy(
-                self._cluster_logits(hidden, 0).float(), targets, reduction="none"
+                self._cluster_logits(hidden, 0).float(),
+                targets,
+                reduction="none",
+                ignore_index=IGNORE_INDEX,
             )
-        head = self._head_log_probs(hidden)
-        nll = torch.zeros(targets.shape, dtype=torch.float32, device=hidden.device)
-        for i, (start, end) in enumerate(self.bounds):
-            rows = ((targets >= start) & (targets < end)).nonzero().squeeze(1)
-            if rows.numel() == 0:
-                continue
-            local = (targets[rows] - start).unsqueeze(1)
+        order, sizes = self._group_by_cluster(targets)
+        head = self._head_log_probs(hidden)  # [N, head size + n_clusters]
+        log_probs = []
+        groups = order.split(sizes)
+        for i, rows in enumerate(groups[: self.n_clusters + 1]):
+            local = (targets[rows] - self.bounds[i][0]).unsqueeze(1)  # [n_i, 1]
             if i == 0:
-                log_prob = head[rows].gather(1, local).squeeze(1)
-            else:
-                tail = F.log_softmax(self._cluster_logits(hidden[rows], i).float(), dim=-1)
-                log_prob = head[rows, -i] + tail.gather(1, local).squeeze(1)
-            nll = nll.index_copy(0, rows, -log_prob)
-        return nll
+                log_probs.append(head[rows].gather(1, local).squeeze(1))
+                continue
+            tail = F.log_softmax(self._cluster_logits(hidden[rows], i).float(), dim=-1)
+            log_probs.append(head[rows, -i] + tail.gather(1, local).squeeze(1))
+        scored = order[: sum(sizes[: self.n_clusters + 1])]
+        nll = torch.zeros(targets.shape, dtype=torch.float32, device=hidden.device)
+        return nll.index_copy(0, scored, -torch.cat(log_probs))
+
+    def _group_by_cluster(self, targets: Tensor) -> tuple[Tensor, list[int]]:
+        """Row indices sorted by target cluster, and the rows per cluster (head first).
+
+        Two more groups follow the clusters: ids outside [0, n_token), which raise, and ignored
+        targets. The sizes are the one device-to-host transfer (n_clusters + 3 integers).
+        """
+        n_token = self.bounds[-1][1]
+        cluster = sum(
+            (targets >= end).long() for _, end in self.bounds
+        )  # n_clusters + 1: >= n_token
+        cluster = torch.where(targets < 0, self.n_clusters + 1, cluster)
+        cluster = torch.where(targets == IGNORE_INDEX, self.n_clusters + 2, cluster)
+        sizes = torch.bincount(cluster, minlength=self.n_clusters + 3).tolist()
+        if sizes[self.n_clusters + 1]:
+            raise ValueError(
+                f"{sizes[self.n_clusters + 1]} target ids are outside [0, n_token={n_token}) "
+                f"(and not the ignore index {IGNORE_INDEX}): the data's vocabulary does not "
+                "match the model"
+            )
+        return torch.argsort(cluster, stable=True), sizes
 
     def log_probs(self, hidden: Tensor) -> Tensor:
         """Log-probabilities over the whole vocabulary, [N, n_token] float32."""

@@ -7,8 +7,10 @@ gradients never cross a segment boundary (section 3.2 of the paper).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -27,6 +29,10 @@ from txl_dist.model.safetensors_io import save_streaming
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
 TORCH_FILE = "pytorch_model.bin"
+
+
+Gather = Callable[[list[nn.Parameter]], contextlib.AbstractContextManager]
+"""Makes the given (partitioned) parameters whole inside its context, e.g. ZeRO-3's gather."""
 
 
 class TXLOutput(NamedTuple):
@@ -74,7 +80,7 @@ class DecoderLayer(nn.Module):
 class TransformerXL(nn.Module):
     """Transformer-XL language model: `model(input_ids, targets=None, mems=None) -> TXLOutput`."""
 
-    def __init__(self, config: TXLConfig):
+    def __init__(self, config: TXLConfig, init_weights: bool = True):
         super().__init__()
         self.config = config
         self.word_emb = AdaptiveEmbedding(config)
@@ -84,8 +90,9 @@ class TransformerXL(nn.Module):
         self.r_w_bias = nn.Parameter(torch.empty(config.n_head, config.d_head))
         self.r_r_bias = nn.Parameter(torch.empty(config.n_head, config.d_head))
         self.crit = AdaptiveLogSoftmax(config)
-        self.apply(self._init_weights)
         self.tie_weights()
+        if init_weights:
+            self.init_weights()
 
     def tie_weights(self) -> None:
         """Share output weights / projections with the input ones, as the config asks."""
@@ -99,27 +106,44 @@ class TransformerXL(nn.Module):
             elif tie and cfg.div_val != 1:
                 self.crit.out_projs[i] = self.word_emb.emb_projs[i]
 
-    def _init_weights(self, module: nn.Module) -> None:
-        """The reference `weights_init` with init='normal'."""
+    def init_weights(self, gathered: Gather | None = None) -> None:
+        """The reference `weights_init` (init='normal'), module by module; tied tensors once.
+
+        `gathered(params)` makes partitioned parameters whole while they are written (ZeRO-3
+        builds the model already partitioned). Values are drawn in float32 whatever the
+        parameters' dtype, so a partitioned bf16 build gets the same weights as a plain one.
+        """
+        gathered = gathered or (lambda params: contextlib.nullcontext())
+        done: set[int] = set()
+
+        def init_module(module: nn.Module) -> None:
+            plan = [entry for entry in self._init_plan(module) if id(entry[0]) not in done]
+            done.update(id(param) for param, _, _ in plan)
+            with gathered([param for param, _, _ in plan]), torch.no_grad():
+                for param, mean, std in plan:
+                    values = torch.empty(param.shape, dtype=torch.float32, device=param.device)
+                    param.copy_(values.normal_(mean, std) if std else values.fill_(mean))
+
+        self.apply(init_module)
+
+    def _init_plan(self, module: nn.Module) -> list[tuple[nn.Parameter, float, float]]:
+        """(parameter, mean, std) for the tensors `module` owns; std 0 means the constant mean."""
         std, proj_std = self.config.init_std, self.config.proj_init_std
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, 0.0, std)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.normal_(module.weight, 1.0, std)
-            nn.init.zeros_(module.bias)
-        elif isinstance(module, (AdaptiveEmbedding, AdaptiveLogSoftmax)):
-            for proj in (
-                module.emb_projs if isinstance(module, AdaptiveEmbedding) else module.out_projs
-            ):
-                nn.init.normal_(proj, 0.0, proj_std)
-            if isinstance(module, AdaptiveLogSoftmax) and module.n_clusters:
-                nn.init.normal_(module.cluster_weight, 0.0, std)
-                nn.init.zeros_(module.cluster_bias)
-        elif isinstance(module, TransformerXL):
-            nn.init.normal_(module.r_w_bias, 0.0, std)
-            nn.init.normal_(module.r_r_bias, 0.0, std)
+            bias = getattr(module, "bias", None)
+            return [(module.weight, 0.0, std)] + ([(bias, 0.0, 0.0)] if bias is not None else [])
+        if isinstance(module, nn.LayerNorm):
+            return [(module.weight, 1.0, std), (module.bias, 0.0, 0.0)]
+        if isinstance(module, AdaptiveEmbedding):
+            return [(proj, 0.0, proj_std) for proj in module.emb_projs]
+        if isinstance(module, AdaptiveLogSoftmax):
+            plan = [(proj, 0.0, proj_std) for proj in module.out_projs]
+            if module.n_clusters:
+                plan += [(module.cluster_weight, 0.0, std), (module.cluster_bias, 0.0, 0.0)]
+            return plan
+        if isinstance(module, TransformerXL):
+            return [(module.r_w_bias, 0.0, std), (module.r_r_bias, 0.0, std)]
+        return []
 
     def set_lengths(
         self,
@@ -217,7 +241,7 @@ class TransformerXL(nn.Module):
             config = TXLConfig.from_dict(json.load(f))
         weights = _load_weights(directory, map_location)
         with torch.device("meta"):
-            model = cls(config)
+            model = cls(config, init_weights=False)
         missing, unexpected = model.load_state_dict(weights, strict=False, assign=True)
         model.tie_weights()
         untied_missing = [k for k in missing if k not in _aliased_names(model)]

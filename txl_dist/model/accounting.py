@@ -1,0 +1,91 @@
+"""What a config costs: parameters, FLOPs per token, and memory per rank, without building it.
+
+The model is built on the meta device, so even the 0.8B lm1b model costs no memory. txl-inspect
+prints these figures; the engine takes its FLOPs per token (for MFU) from here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from txl_dist.model.adaptive import cluster_dims
+from txl_dist.model.config import TXLConfig
+from txl_dist.model.transformer import TransformerXL
+
+# Bytes of model states per parameter for mixed-precision Adam (ZeRO paper, section 3):
+# fp16/bf16 weights 2 + gradients 2 + fp32 master weights, momentum and variance 12.
+ZERO_STAGES = {
+    0: lambda n: 16.0,
+    1: lambda n: 4.0 + 12.0 / n,
+    2: lambda n: 2.0 + 14.0 / n,
+    3: lambda n: 16.0 / n,
+}
+
+
+def build_on_meta(config: TXLConfig) -> TransformerXL:
+    with torch.device("meta"):
+        return TransformerXL(config, init_weights=False)
+
+
+def count_parameters(model: TransformerXL) -> tuple[int, int]:
+    """(total, embedding) unique parameter counts."""
+    total = sum(p.numel() for p in model.parameters())
+    embedding_modules = (model.word_emb, model.crit)
+    seen: set[int] = set()
+    embedding = 0
+    for module in embedding_modules:
+        for p in module.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                embedding += p.numel()
+    return total, embedding
+
+
+def head_cluster_size(c: TXLConfig) -> int:
+    """Columns of the softmax every token pays for: the head cluster plus one per tail."""
+    return (c.cutoffs[0] if c.cutoffs else c.n_token) + len(c.cutoffs)
+
+
+def forward_flops_per_token(c: TXLConfig) -> float:
+    """2 x multiply-adds per token of a training segment with full memory.
+
+    Counts the query/key/value/output/position projections (keys, values and positions over
+    the K = tgt_len + mem_len context, amortised over tgt_len queries), the three attention
+    products over K keys, the feed-forward block, and the softmax head cluster with its
+    projection. Tail clusters touch only rare tokens and are left out.
+    """
+    inner = c.n_head * c.d_head
+    k_len = c.tgt_len + c.mem_len
+    per_layer = (
+        c.d_model * inner  # queries
+        + 3 * c.d_model * inner * k_len / c.tgt_len  # keys, values, relative positions
+        + inner * c.d_model  # output projection
+        + 3 * k_len * inner  # (q+u)k, (q+v)r, attention x values
+        + 2 * c.d_model * c.d_inner  # feed-forward
+    )
+    head_dim = cluster_dims(c)[0]
+    softmax = head_cluster_size(c) * head_dim + (
+        c.d_model * head_dim if c.d_model != head_dim else 0
+    )
+    return 2.0 * (c.n_layer * per_layer + softmax)
+
+
+def activation_bytes_per_row(c: TXLConfig, dtype_bytes: int = 2) -> float:
+    """Estimated training activations of one micro-batch row: what autograd keeps for backward.
+
+    An estimate (temporaries, allocator slack and the rare rows of tail clusters are left out)
+    for choosing a micro batch before the first run. Per layer, with Q = tgt_len, K = Q +
+    mem_len, d = d_model, I = n_head x d_head: the [memory; segment] context, queries with both
+    biases, keys and values; three [heads, Q, K] score tensors (position scores, mask bias,
+    probabilities) and a dropout mask; the attention output, projections, residuals and layer
+    norms; the feed-forward hidden layer. Plus the memory the row carries and the float32
+    softmax over the head cluster.
+    """
+    q, k, d, inner = c.tgt_len, c.tgt_len + c.mem_len, c.d_model, c.n_head * c.d_head
+    scores = c.n_head * q * k
+    per_layer = dtype_bytes * (
+        k * d + 3 * q * inner + 2 * k * inner + 3 * scores + 4 * q * d + 2 * q * c.d_inner
+    ) + (scores + 2 * q * d + q * c.d_inner)  # one-byte dropout masks
+    memory = c.n_layer * c.mem_len * d * dtype_bytes
+    softmax = 2 * 4 * q * head_cluster_size(c) + 2 * dtype_bytes * q * d
+    return c.n_layer * per_layer + memory + softmax
