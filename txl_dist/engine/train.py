@@ -212,7 +212,7 @@ class Trainer:
     def _save_effective_config(self) -> None:
         if self.world.is_main:
             with open(os.path.join(self.out_dir, "config.json"), "w") as f:
-                json.dump(self.config.to_dict(), f, indent=2)
+                json.dump(self.config.public_dict(), f, indent=2)
 
     # ---- the loop ----
 
@@ -367,7 +367,7 @@ class Trainer:
             world_size=self.world.world_size,
             global_rows=self.config.train.global_rows,
             rows_per_rank=self.rows_per_rank,
-            config=self.config.to_dict(),
+            config=self.config.public_dict(),  # secrets never reach a checkpoint
             vocab_size=self.streams.vocab_size,
             vocab_sha256=self.streams.manifest.vocab_sha256,
             run_id=self.run_id,
@@ -430,7 +430,11 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:  # before any process group: one clear line, no traceback
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
-    trainer = Trainer(config, world, micro, accum, args.resume)
+    try:
+        trainer = Trainer(config, world, micro, accum, args.resume)
+    except checkpoint.UnsafeCheckpointError as err:  # refused before anything was unpickled
+        print(f"checkpoint error: {err}", file=sys.stderr)
+        sys.exit(2)
     stopped_early = trainer.run()
     if stopped_early and args.stop_file and world.is_main:
         _write_stop_file(args.stop_file, trainer.step, stopped_early, trainer.ckpt_dir)
