@@ -17,7 +17,7 @@ REDACTED = "***"
 # Dicts whose every string is a secret candidate (credentials under backend-specific names).
 SECRET_SECTIONS = frozenset({"storage_options", "out_options", "client_kwargs", "headers"})
 _SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "auth", "signature")
-_NAME_PARTS = re.compile(r"[^a-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+_NAME_PARTS = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 _URL_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s'\"]+@")
 _SECRET_QUERY = re.compile(
     r"([?&][^=&\s'\"#]*(?:" + "|".join(_SECRET_WORDS) + r")[^=&\s'\"#]*=)[^&\s'\"#]+",
