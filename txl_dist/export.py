@@ -42,11 +42,10 @@ from txl_dist.engine.checkpoint import (
 )
 from txl_dist.inspect import build_on_meta
 from txl_dist.model import TransformerXL
-from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE
+from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
 from txl_dist.redact import redact_text
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-VOCAB_FILE = "vocab.txt"
 README_FILE = "README.md"
 MODEL_STATES = "mp_rank_00_model_states.pt"  # ZeRO 0-2: module weights (+ optimizer at stage 0)
 
@@ -206,11 +205,16 @@ def export(
     # Fail on a bad vocabulary before the slow part.
     vocab = load_vocab(ckpt, vocab_path, storage_options)
     model = build_model(ckpt, consolidated_weights(ckpt), DTYPES[dtype])
-    os.makedirs(out_dir, exist_ok=True)
-    vocab.save(os.path.join(out_dir, VOCAB_FILE))
-    with open(os.path.join(out_dir, README_FILE), "w") as f:
-        f.write(readme(ckpt, dtype, format))
-    model.save_pretrained(out_dir, format=format)  # config.json last: the directory is complete
+
+    def write_extra(directory: str) -> None:
+        vocab.save(os.path.join(directory, VOCAB_FILE))
+        with open(os.path.join(directory, README_FILE), "w") as f:
+            f.write(readme(ckpt, dtype, format))
+
+    try:  # written beside OUT_DIR and renamed into place: never two exports' files in one
+        model.save_pretrained(out_dir, format=format, write_extra=write_extra)
+    except FileExistsError as err:
+        raise ExportError(str(err)) from err
     return ckpt
 
 
