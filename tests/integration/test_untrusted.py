@@ -68,7 +68,7 @@ def pretrain(out_dir: Path, data_url: str, stage: int, steps: int) -> subprocess
         f"model.n_token={n_token}",
         "model.cutoffs=[2000,4000]",
         f"train.max_steps={steps}",
-        "train.global_rows=2",
+        "train.global_rows=4",
         "data.test_split=null",
         "train.eval_interval=0",
         "train.save_interval=1",
