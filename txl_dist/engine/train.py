@@ -444,6 +444,14 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _write_stop_file(path: str, step: int, reason: str, ckpt_dir: str) -> None:
-    """Written only once the checkpoint is complete: its presence means "resume me"."""
-    with open(path, "w") as f:
-        json.dump(dict(step=step, reason=reason, checkpoints=ckpt_dir), f)
+    """Written only once the checkpoint is complete: its presence means "resume me".
+
+    Created exclusively and never through a link, so a planted file or symlink is an error
+    rather than a file of someone else's overwritten.
+    """
+    note = dict(step=step, reason=reason, checkpoints=ckpt_dir)
+    if os.environ.get("SLURM_JOB_ID"):  # the batch script requeues only its own job's note
+        note["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(path, flags, 0o600), "w") as f:
+        json.dump(note, f)
