@@ -71,6 +71,8 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
         # One process needs no rendezvous: a store file in a private directory rather than
         # a TCPStore listening, unauthenticated, on the network.
         rendezvous = dict(init_method=f"file://{_private_dir()}/store", rank=0, world_size=1)
+        # gloo still opens a listener for its (absent) peers: keep it on the loopback device.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # DeepSpeed checks they are set
         os.environ.setdefault("MASTER_PORT", "0")
     accelerator = get_accelerator()
