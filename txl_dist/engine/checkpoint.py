@@ -35,9 +35,16 @@ TAG_PATTERN = re.compile(r"^global_step(\d+)$")
 # Earlier torch releases have known bypasses of the weights_only unpickler (CVE-2025-32434
 # before 2.6; CVE-2026-24747, memory corruption, before 2.10).
 MIN_SAFE_TORCH = (2, 10)
-# Globals outside torch's weights_only defaults that txl-dist's own checkpoints contain (listed
-# from real ZeRO 0-3 checkpoints, fp32 and bf16, by tests/engine/test_checkpoint_safety.py).
-CHECKPOINT_GLOBALS: frozenset[str] = frozenset()
+# Globals outside torch's weights_only defaults that txl-dist's own checkpoints contain, listed
+# from real checkpoints (DeepSpeed 0.19, torch 2.13): ZeRO 0-3, fp32 and bf16, one and two
+# ranks, and their universal conversions. ZeRO 0 and the memory files hold none.
+CHECKPOINT_GLOBALS = frozenset(
+    {
+        "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+        "deepspeed.runtime.zero.config.ZeroStageEnum",
+        "deepspeed.utils.tensor_fragment.fragment_address",
+    }
+)
 
 
 class UnsafeCheckpointError(Exception):
