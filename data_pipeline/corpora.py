@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import posixpath
 import re
+import shutil
 import tarfile
+import tempfile
 import zipfile
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import fsspec
@@ -155,21 +158,33 @@ def resolve_source(
     if not source.endswith(ARCHIVE_SUFFIXES):
         return source
     archive = fetch(source, Path(cache_dir), expected, storage_options or {})
-    return str(extract(archive))
+    return str(extract(archive, Path(cache_dir)))
 
 
 def fetch(url: str, cache: Path, expected: tuple[str, str] | None, storage_options: dict) -> Path:
-    """A local copy of ``url`` whose checksum was checked; reused when already cached."""
+    """A local copy of ``url`` whose checksum was checked; reused when already cached.
+
+    The cache entry is named by a digest of the full URL and the remote size, so two
+    ``corpus.zip`` from two places never share one.
+    """
     fs, path = fsspec.core.url_to_fs(url, **storage_options)
     if "file" in fs.protocol:
         local = Path(path)
     else:
-        local = cache / posixpath.basename(path)
+        local = cache / f"{_url_key(fs, path, url)}-{posixpath.basename(path)}"
         if not local.exists():
             download(fs, path, local, url)
     if expected:
         check_file_digest(local, *expected, url)
     return local
+
+
+def _url_key(fs, path: str, url: str) -> str:
+    try:
+        size = fs.size(path)
+    except OSError:  # download() reports an unreachable source
+        size = None
+    return hashlib.sha256(f"{url}\n{size}".encode()).hexdigest()[:16]
 
 
 def download(fs, path: str, local: Path, url: str) -> None:
@@ -190,34 +205,91 @@ def download(fs, path: str, local: Path, url: str) -> None:
     part.replace(local)
 
 
-def check_file_digest(local: Path, algorithm: str, digest: str, url: str) -> None:
-    """Raise ChecksumError unless ``local`` hashes to ``digest``."""
+def file_digest(local: Path, algorithm: str = "sha256") -> str:
     h = hashlib.new(algorithm)
     with local.open("rb") as f:
         while block := f.read(1 << 22):
             h.update(block)
-    if h.hexdigest() != digest:
+    return h.hexdigest()
+
+
+def check_file_digest(local: Path, algorithm: str, digest: str, url: str) -> None:
+    """Raise ChecksumError unless ``local`` hashes to ``digest``."""
+    actual = file_digest(local, algorithm)
+    if actual != digest:
         raise ChecksumError(
-            f"{url}: {algorithm} is {h.hexdigest()}, expected {digest}; the download is "
+            f"{url}: {algorithm} is {actual}, expected {digest}; the download is "
             f"corrupt or not the official file. Delete {local} and retry, or pass the right "
             f"--source-checksum"
         )
 
 
-def extract(archive: Path) -> Path:
-    """Extract ``archive`` next to itself once (a ``.done`` marker records completion)."""
-    target = archive.with_name(archive.name + ".d")
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """Caps checked before anything is extracted (the official archives with headroom)."""
+
+    max_bytes: int = field(
+        default_factory=lambda: int(os.environ.get("TXL_ARCHIVE_MAX_BYTES", 16 << 30))
+    )
+    """Total uncompressed bytes (lm1b's archive holds about 4.2 GB)."""
+    max_members: int = field(
+        default_factory=lambda: int(os.environ.get("TXL_ARCHIVE_MAX_MEMBERS", 10_000))
+    )
+    """Members (lm1b's archive holds a few hundred)."""
+
+
+def extract(archive: Path, cache: Path, limits: ArchiveLimits | None = None) -> Path:
+    """Extract ``archive`` into the cache once; the ``.done`` marker holds the archive's sha256.
+
+    Extraction goes to a temporary directory that is renamed when complete; a marker whose
+    digest is not the archive's (another archive, or a planted marker) means extract again.
+    """
+    digest = file_digest(archive)
+    target = cache / f"{digest[:16]}-{archive.name}.d"
     done = target / ".done"
-    if done.exists():
+    if done.exists() and done.read_text().strip() == digest:
         return target
-    if archive.name.endswith(".zip"):
-        with zipfile.ZipFile(archive) as zf:
-            zf.extractall(target)
-    else:
-        with tarfile.open(archive) as tf:
-            tf.extractall(target, filter="data")
-    done.touch()
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=cache))
+    try:
+        _extract_checked(archive, tmp, limits or ArchiveLimits())
+        (tmp / ".done").write_text(digest)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _extract_checked(archive: Path, out: Path, limits: ArchiveLimits) -> None:
+    """Extract regular files only, after checking count, size and names; errors are one line."""
+    try:
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                members = [m for m in zf.infolist() if not m.is_dir()]
+                _check_limits(archive, [(m.filename, m.file_size) for m in members], limits)
+                zf.extractall(out, members)
+        else:
+            with tarfile.open(archive) as tf:
+                members = tf.getmembers()
+                _check_limits(archive, [(m.name, m.size) for m in members], limits)
+                tf.extractall(out, [m for m in members if m.isfile()], filter="data")
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError) as err:
+        raise CorpusFormatError(f"{archive}: cannot extract: {err}") from err
+
+
+def _check_limits(archive: Path, members: list[tuple[str, int]], limits: ArchiveLimits) -> None:
+    total = sum(size for _, size in members)
+    if len(members) > limits.max_members or total > limits.max_bytes:
+        raise CorpusFormatError(
+            f"{archive}: {len(members)} members, {total} bytes uncompressed; over the limit of "
+            f"{limits.max_members} members and {limits.max_bytes} bytes "
+            "(TXL_ARCHIVE_MAX_MEMBERS / TXL_ARCHIVE_MAX_BYTES raise it for a trusted archive)"
+        )
+    for name, _ in members:
+        if name.startswith(("/", "\\")) or ".." in re.split(r"[/\\]", name):
+            raise CorpusFormatError(f"{archive}: member {name!r} points outside the archive")
 
 
 # ---------------------------------------------------------------- split discovery

@@ -25,6 +25,7 @@ import hashlib
 import io
 import json
 import posixpath
+import re
 import tarfile
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -127,9 +128,67 @@ class Manifest:
                     f"{FORMAT_VERSION}; re-run txl-prepare"
                 )
             raw["shards"] = [ShardInfo(**s) for s in raw["shards"]]
-            return cls(**raw)
+            manifest = cls(**raw)
+            check_manifest(manifest, url)
+            return manifest
         except (ValueError, TypeError, KeyError) as err:
             raise ManifestError(f"{url} is not a valid manifest: {err}") from err
+
+
+# A shard is a file beside its manifest: no scheme, no directory, no way up.
+PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+
+
+def check_manifest(manifest: Manifest, url: str) -> None:
+    """Refuse names that leave the manifest's directory and counts or offsets that do not add up.
+
+    A manifest may come from a server someone else runs: everything a reader later indexes or
+    allocates by is checked here, once, vectorised.
+    """
+    if manifest.vocab_size < 1 or manifest.tokens < 0 or manifest.documents < 0:
+        raise ManifestError(f"{url}: vocab_size, tokens and documents must be positive counts")
+    for k, shard in enumerate(manifest.shards):
+        _check_shard(shard, f"{url}: shard {k}")
+    totals = [(s.tokens, s.documents) for s in manifest.shards]
+    if tuple(map(sum, zip(*totals))) not in ((manifest.tokens, manifest.documents), ()):
+        raise ManifestError(
+            f"{url}: shards hold {sum(t for t, _ in totals)} tokens and "
+            f"{sum(d for _, d in totals)} documents, the manifest says {manifest.tokens} and "
+            f"{manifest.documents}"
+        )
+
+
+def _check_shard(shard: ShardInfo, where: str) -> None:
+    if not isinstance(shard.url, str) or not PLAIN_NAME.match(shard.url):
+        raise ManifestError(
+            f"{where}: url {str(shard.url)[:80]!r} is not a plain file name beside the manifest"
+        )
+    where = f"{where} ({shard.url})"
+    columns = (
+        shard.sample_tokens,
+        shard.sample_documents,
+        shard.sample_offsets,
+        shard.lengths_offsets,
+        shard.sample_crc32,
+    )
+    if len({len(c) for c in columns}) != 1:
+        raise ManifestError(f"{where}: per-sample lists differ in length")
+    tokens, docs, starts, lengths_at, crcs = (np.asarray(c, dtype=np.int64) for c in columns)
+    counts = np.concatenate([[shard.bytes, shard.tokens, shard.documents], tokens, docs, crcs])
+    if len(counts) and counts.min() < 0:
+        raise ManifestError(f"{where}: negative count")
+    ends = starts + TOKEN_BYTES * tokens
+    # Each sample: its lengths, then its tokens, inside the file, after the previous sample.
+    ok = (lengths_at >= 0) & (lengths_at + TOKEN_BYTES * docs <= starts) & (ends <= shard.bytes)
+    ok[1:] &= lengths_at[1:] >= ends[:-1]
+    if not ok.all():
+        bad = int(np.argmin(ok))
+        raise ManifestError(f"{where}: sample {bad}: offsets overlap or lie outside the shard")
+    if tokens.sum() != shard.tokens or docs.sum() != shard.documents:
+        raise ManifestError(
+            f"{where}: samples hold {tokens.sum()} tokens and {docs.sum()} documents, the shard "
+            f"says {shard.tokens} and {shard.documents}"
+        )
 
 
 def read_bytes(url: str, storage_options: dict | None = None, what: str = "file") -> bytes:
@@ -287,6 +346,11 @@ def decode_sample(
         )
     lengths = np.frombuffer(span, "<i4", shard.sample_documents[index], 0)
     tokens = np.frombuffer(span, "<i4", n, to - lo)
+    # A CRC is no proof against a crafted shard (it can be recomputed): lengths must add up.
+    if len(lengths) and (lengths.min() < 0 or lengths.sum(dtype=np.int64) != n):
+        raise ShardCorruptError(
+            f"{url}: sample {index}: document lengths do not sum to its {n} tokens"
+        )
     return tokens, lengths
 
 
@@ -316,9 +380,10 @@ def verify_split(url: str, vocab: Vocab, storage_options: dict | None = None) ->
 
 def verify_shard(url: str, shard: ShardInfo, vocab_size: int, storage_options: dict | None) -> None:
     """Size, sha256, per-sample CRC and id range of one shard."""
+    size = _size(url, storage_options)  # before reading: the file may be anything, any size
+    if size != shard.bytes:
+        raise ShardTruncatedError(f"{url}: {size} bytes, manifest says {shard.bytes}")
     data = read_bytes(url, storage_options, "shard")
-    if len(data) < shard.bytes:
-        raise ShardTruncatedError(f"{url}: {len(data)} bytes, manifest says {shard.bytes}")
     digest = hashlib.sha256(data).hexdigest()
     if digest != shard.sha256:
         raise ChecksumError(
@@ -329,6 +394,16 @@ def verify_shard(url: str, shard: ShardInfo, vocab_size: int, storage_options: d
         tokens, _ = sample_from_shard(data, shard, i, url)
         if len(tokens) and (tokens.min() < 0 or tokens.max() >= vocab_size):
             raise ShardCorruptError(f"{url}: sample {i} holds ids outside [0, {vocab_size})")
+
+
+def _size(url: str, storage_options: dict | None) -> int:
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        return fs.size(path)
+    except FileNotFoundError as err:
+        raise ShardMissingError(f"shard {url} not found; run txl-prepare to (re)create it") from err
+    except OSError as err:
+        raise SourceUnreachableError(f"cannot read shard {url}: {err}") from err
 
 
 def sample_from_shard(

@@ -51,6 +51,7 @@ import torch
 
 from data_pipeline.errors import (
     DataError,
+    ShardCorruptError,
     ShardMissingError,
     ShardTruncatedError,
     SourceUnreachableError,
@@ -122,6 +123,7 @@ class SampleTable:
         ).astype(np.int64)
         self.index_in_shard = np.concatenate([np.arange(len(s.sample_tokens)) for s in self.shards])
         self.tokens = np.concatenate([np.asarray(s.sample_tokens, np.int64) for s in self.shards])
+        self.vocab_size = manifest.vocab_size
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -204,12 +206,16 @@ class SampleReader:
                 raise self.read_error(blob, shard_no, int(self.table.index_in_shard[run[0]]))
             for sample in run:
                 lo, hi = self.table.byte_range(sample)
-                out[sample] = decode_sample(
-                    blob[lo - base : hi - base],
-                    self.table.shards[shard_no],
-                    int(self.table.index_in_shard[sample]),
-                    self.table.urls[shard_no],
+                index, url = int(self.table.index_in_shard[sample]), self.table.urls[shard_no]
+                tokens, lengths = decode_sample(
+                    blob[lo - base : hi - base], self.table.shards[shard_no], index, url
                 )
+                # Ids outside the vocabulary would index past the embedding or score as 0.
+                if len(tokens) and (tokens.min() < 0 or tokens.max() >= self.table.vocab_size):
+                    raise ShardCorruptError(
+                        f"{url}: sample {index} holds ids outside [0, {self.table.vocab_size})"
+                    )
+                out[sample] = tokens, lengths
         return out
 
     def read_error(self, err: BaseException, shard_no: int, sample: int) -> DataError:

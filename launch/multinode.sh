@@ -37,11 +37,10 @@ case "${TXL_LAUNCHER:-torchrun}" in
       launch/pretrain.py --resume auto "$@"
     ;;
   deepspeed)
-    # --no_ssh still reads the world from a hostfile; only its shape matters (names are unused),
-    # so one file per shape serves every run; written whole, then renamed into place.
-    hostfile="${TMPDIR:-/tmp}/txl-hostfile-${nnodes}x${nproc}"
-    for i in $(seq 0 $((nnodes - 1))); do echo "node$i slots=$nproc"; done >"$hostfile.$$"
-    mv "$hostfile.$$" "$hostfile"
+    # --no_ssh still reads the world from a hostfile; only its shape matters (names are
+    # unused). It goes in a fresh private directory: a predictable shared path could be planted.
+    hostfile="$(mktemp -d "${TMPDIR:-/tmp}/txl-hostfile.XXXXXX")/hostfile"
+    for i in $(seq 0 $((nnodes - 1))); do echo "node$i slots=$nproc"; done >"$hostfile"
     exec "$python" -m deepspeed.launcher.runner --hostfile "$hostfile" --no_ssh \
       --node_rank "$node_rank" --master_addr "$master_addr" --master_port "$master_port" \
       launch/pretrain.py --resume auto "$@"

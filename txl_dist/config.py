@@ -11,9 +11,12 @@ import copy
 import dataclasses
 import difflib
 import json
+import re
 import types
 import typing
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from txl_dist.redact import redact, redact_text
 
 if TYPE_CHECKING:
     from txl_dist.model.config import TXLConfig
@@ -35,8 +38,9 @@ def section_from_dict(cls: type[T], values: dict[str, Any], section: str) -> T:
         if key not in fields:
             raise ConfigError(f"unknown key {section}.{key}{_suggestion(key, section, fields)}")
         if not _matches(value, hints[key]):
+            shown = redact({section: {key: value}})[section][key]  # never echo a secret
             raise ConfigError(
-                f"{section}.{key} must be {_type_name(hints[key])}, got {value!r} "
+                f"{section}.{key} must be {_type_name(hints[key])}, got {shown!r} "
                 f"({type(value).__name__})"
             )
     try:
@@ -232,6 +236,10 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def public_dict(self) -> dict[str, Any]:
+        """What may be written or logged (config.json, checkpoints, wandb): secrets as ***."""
+        return redact(self.to_dict())
+
     @property
     def zero_stage(self) -> int:
         return int(self.deepspeed.get("zero_optimization", {}).get("stage", 0))
@@ -312,13 +320,19 @@ def run_config_from_dict(values: dict[str, Any]) -> RunConfig:
     )
 
 
+_OVERRIDE_KEY = re.compile(r"[A-Za-z0-9_.-]*")
+
+
 def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply `section.key=value` strings (value parsed as JSON, else taken as a string)."""
     values = copy.deepcopy(values)
     for override in overrides:
         path, sep, raw = override.partition("=")
         if not sep or "." not in path:
-            raise ConfigError(f"--set {override!r}: expected section.key=value")
+            # Only the key's leading name is echoed: the rest may be a secret typed with a
+            # wrong separator (--set data.storage_options.secret:VALUE).
+            shown = _OVERRIDE_KEY.match(path).group(0)
+            raise ConfigError(f"--set {shown}...: expected section.key=value")
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
@@ -328,7 +342,7 @@ def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, A
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"--set {override!r}: {part} is not a section")
+                raise ConfigError(f"--set {path}: {part} is not a section")
         node[leaf] = value
     return values
 
@@ -341,9 +355,9 @@ def load_run_config(path: str, overrides: list[str] = ()) -> RunConfig:
         with fsspec.open(path, "r") as f:
             values = json.load(f)
     except FileNotFoundError as err:
-        raise ConfigError(f"config file {path} not found") from err
+        raise ConfigError(f"config file {redact_text(path)} not found") from err
     except json.JSONDecodeError as err:
-        raise ConfigError(f"config file {path} is not valid JSON: {err}") from err
+        raise ConfigError(f"config file {redact_text(path)} is not valid JSON: {err}") from err
     return run_config_from_dict(resolve_vocab_size(apply_overrides(values, list(overrides))))
 
 
@@ -360,7 +374,8 @@ def resolve_vocab_size(values: dict[str, Any]) -> dict[str, Any]:
         vocab_size = load_manifest(url, data.get("storage_options") or {}).vocab_size
     except DataError as err:
         raise ConfigError(
-            f"model.n_token=auto takes the vocabulary size from the data, but {err}; prepare "
-            "the data with txl-prepare, fix data.path, or set model.n_token to a number"
+            f"model.n_token=auto takes the vocabulary size from the data, but "
+            f"{redact_text(str(err))}; prepare the data with txl-prepare, fix data.path, or set "
+            "model.n_token to a number"
         ) from err
     return {**values, "model": {**model, "n_token": vocab_size}}

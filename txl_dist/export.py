@@ -28,16 +28,24 @@ import torch
 from torch import Tensor
 
 from data_pipeline.errors import DataError
+from data_pipeline.prepare import parse_options
 from data_pipeline.shards import vocab_url
 from data_pipeline.vocab import Vocab
 from txl_dist.config import ConfigError, RunConfig, run_config_from_dict
-from txl_dist.engine.checkpoint import CLIENT_FILE, LATEST, ResumePoint, find_resume_point
+from txl_dist.engine.checkpoint import (
+    CLIENT_FILE,
+    LATEST,
+    ResumePoint,
+    UnsafeCheckpointError,
+    find_resume_point,
+    load_trusted,
+)
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta
-from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE
+from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
+from txl_dist.redact import redact_text
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-VOCAB_FILE = "vocab.txt"
 README_FILE = "README.md"
 MODEL_STATES = "mp_rank_00_model_states.pt"  # ZeRO 0-2: module weights (+ optimizer at stage 0)
 
@@ -81,7 +89,7 @@ def open_checkpoint(path: str) -> Checkpoint:
         )
     try:
         point = find_resume_point(path, out_dir=path)
-    except FileNotFoundError as err:  # `latest` names a tag that is gone or incomplete
+    except (FileNotFoundError, UnsafeCheckpointError) as err:  # gone, incomplete or refused
         raise ExportError(str(err)) from err
     try:
         config = run_config_from_dict(point.client["config"])
@@ -112,7 +120,7 @@ def _stage0_weights(ckpt: Checkpoint) -> dict[str, Tensor]:
     path = os.path.join(ckpt.path, MODEL_STATES)
     if not os.path.exists(path):
         raise ExportError(f"{path} missing: checkpoint {ckpt.point.tag} is incomplete")
-    states = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    states = load_trusted(path)
     module = states["module"]
     if all(t.dtype == torch.float32 for t in module.values() if t.is_floating_point()):
         return module
@@ -160,22 +168,26 @@ def build_model(ckpt: Checkpoint, weights: dict[str, Tensor], dtype: torch.dtype
     return model.eval()
 
 
-def load_vocab(ckpt: Checkpoint, path: str | None) -> Vocab:
-    """The run's vocabulary (data.path, or `path`), checked against the checkpoint's hash."""
-    data = ckpt.config.data
-    url = path or vocab_url(data.path)
+def load_vocab(ckpt: Checkpoint, path: str | None, storage_options: dict | None = None) -> Vocab:
+    """The run's vocabulary (data.path, or `path`), checked against the checkpoint's hash.
+
+    Credentials come from the caller (command line, environment), never from the checkpoint,
+    which holds them redacted.
+    """
+    url = path or vocab_url(ckpt.config.data.path)
     try:
-        vocab = Vocab.load(url, None if path else data.storage_options)
+        vocab = Vocab.load(url, storage_options or {})
     except DataError as err:
         raise ExportError(
-            f"vocabulary {url} of the run's data.path not found ({err}); pass --vocab FILE"
+            f"vocabulary {redact_text(url)} of the run's data.path not found "
+            f"({redact_text(str(err))}); pass --vocab FILE (and --storage-option KEY=VALUE)"
         ) from err
     expected = ckpt.point.client.get("vocab_sha256")
     if vocab.sha256 != expected or len(vocab) != ckpt.config.model.n_token:
         raise ExportError(
-            f"vocabulary {url} ({len(vocab)} tokens, sha256 {vocab.sha256[:12]}) is not the one "
-            f"the checkpoint was trained with ({ckpt.config.model.n_token} tokens, sha256 "
-            f"{str(expected)[:12]}); pass the right one with --vocab FILE"
+            f"vocabulary {redact_text(url)} ({len(vocab)} tokens, sha256 {vocab.sha256[:12]}) is "
+            f"not the one the checkpoint was trained with ({ckpt.config.model.n_token} tokens, "
+            f"sha256 {str(expected)[:12]}); pass the right one with --vocab FILE"
         )
     return vocab
 
@@ -186,16 +198,23 @@ def export(
     dtype: str = "fp32",
     format: str = "safetensors",
     vocab_path: str | None = None,
+    storage_options: dict | None = None,
 ) -> Checkpoint:
     """Write OUT_DIR from a checkpoint; returns the checkpoint that was exported."""
     ckpt = open_checkpoint(ckpt_dir)
-    vocab = load_vocab(ckpt, vocab_path)  # fail on a bad vocabulary before the slow part
+    # Fail on a bad vocabulary before the slow part.
+    vocab = load_vocab(ckpt, vocab_path, storage_options)
     model = build_model(ckpt, consolidated_weights(ckpt), DTYPES[dtype])
-    os.makedirs(out_dir, exist_ok=True)
-    vocab.save(os.path.join(out_dir, VOCAB_FILE))
-    with open(os.path.join(out_dir, README_FILE), "w") as f:
-        f.write(readme(ckpt, dtype, format))
-    model.save_pretrained(out_dir, format=format)  # config.json last: the directory is complete
+
+    def write_extra(directory: str) -> None:
+        vocab.save(os.path.join(directory, VOCAB_FILE))
+        with open(os.path.join(directory, README_FILE), "w") as f:
+            f.write(readme(ckpt, dtype, format))
+
+    try:  # written beside OUT_DIR and renamed into place: never two exports' files in one
+        model.save_pretrained(out_dir, format=format, write_extra=write_extra)
+    except FileExistsError as err:
+        raise ExportError(str(err)) from err
     return ckpt
 
 
@@ -221,6 +240,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
         for r in eval_records(ckpt)
     ] or ["- none recorded at this step"]
     weights = SAFETENSORS_FILE if format == "safetensors" else TORCH_FILE
+    data_path = redact_text(cfg.data.path)
     return "\n".join(
         [
             "# Transformer-XL exported by txl-export",
@@ -230,7 +250,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
             f"- training: ZeRO stage {cfg.zero_stage} on {client['world_size']} ranks, "
             f"{precision}, {cfg.train.global_rows} global rows x tgt_len {cfg.model.tgt_len}, "
             f"mem_len {cfg.model.mem_len}, optimizer {cfg.optim.name} (lr {cfg.optim.lr})",
-            f"- data: {cfg.data.dataset} at `{cfg.data.path}`, vocabulary of {cfg.model.n_token} "
+            f"- data: {cfg.data.dataset} at `{data_path}`, vocabulary of {cfg.model.n_token} "
             f"tokens (sha256 {client.get('vocab_sha256')})",
             f"- weights: {weights}, {dtype} (from the fp32 master weights)",
             "",
@@ -246,7 +266,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
             "```",
             "from txl_dist.model import TransformerXL",
             "model = TransformerXL.from_pretrained(DIR)",
-            f"txl-eval --model DIR --data {cfg.data.path} --split {cfg.data.valid_split} "
+            f"txl-eval --model DIR --data {data_path} --split {cfg.data.valid_split} "
             f"--batch-size {rows} --dtype {precision}   # the engine's evaluation",
             'txl-generate --model DIR --prompt "The" --max-tokens 50',
             "```",
@@ -264,9 +284,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weight dtype")
     parser.add_argument("--format", choices=("safetensors", "torch"), default="safetensors")
     parser.add_argument("--vocab", help="vocabulary file when the run's data.path has moved")
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec storage option for reading the vocabulary (credentials are never taken "
+        "from the checkpoint); S3 also reads the AWS variables",
+    )
     args = parser.parse_args(argv)
     try:
-        ckpt = export(args.ckpt_dir, args.out_dir, args.dtype, args.format, args.vocab)
+        options = parse_options(args.storage_option)
+    except argparse.ArgumentTypeError:
+        parser.error("--storage-option must be KEY=VALUE")
+    try:
+        ckpt = export(args.ckpt_dir, args.out_dir, args.dtype, args.format, args.vocab, options)
     except ExportError as err:
         print(f"txl-export: error: {err}", file=sys.stderr)
         return 1

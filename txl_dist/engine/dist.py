@@ -5,8 +5,10 @@ Works under `deepspeed`, `torchrun`, `srun` (SLURM variables) and plain `python`
 
 from __future__ import annotations
 
+import atexit
 import os
-import socket
+import shutil
+import tempfile
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -45,10 +47,11 @@ def world_from_env() -> World:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _private_dir() -> str:
+    """A directory only this user can enter, removed at exit."""
+    path = tempfile.mkdtemp(prefix="txl-dist-")  # mode 0700
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
@@ -63,9 +66,15 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
     os.environ.setdefault("RANK", str(world.rank))
     os.environ.setdefault("WORLD_SIZE", str(world.world_size))
     os.environ.setdefault("LOCAL_RANK", str(world.local_rank))
+    rendezvous = {}
     if world.world_size == 1:
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        # One process needs no rendezvous: a store file in a private directory rather than
+        # a TCPStore listening, unauthenticated, on the network.
+        rendezvous = dict(init_method=f"file://{_private_dir()}/store", rank=0, world_size=1)
+        # gloo still opens a listener for its (absent) peers: keep it on the loopback device.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # DeepSpeed checks they are set
+        os.environ.setdefault("MASTER_PORT", "0")
     accelerator = get_accelerator()
     if accelerator.device_name() != "cpu":
         accelerator.set_device(world.local_rank)
@@ -76,6 +85,8 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         torch.set_num_threads(max(1, (cores or 1) // local_ranks))
     deepspeed.init_distributed(
-        dist_backend=accelerator.communication_backend_name(), timeout=timedelta(seconds=timeout_s)
+        dist_backend=accelerator.communication_backend_name(),
+        timeout=timedelta(seconds=timeout_s),
+        **rendezvous,
     )
     return torch.device(accelerator.device_name(world.local_rank))

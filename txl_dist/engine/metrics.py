@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import json
 import math
+import netrc
 import os
 import sys
 import time
+import urllib.parse
 from typing import Any
 
 import torch
 
 from txl_dist.config import WandbConfig
+from txl_dist.redact import redact, redact_text
+
+WANDB_DEFAULT_URL = "https://api.wandb.ai"
 
 # Dense bf16 peak TFLOP/s of common accelerators, for MFU when train.peak_tflops is not set.
 PEAK_TFLOPS = {
@@ -44,13 +49,22 @@ def memory_gib(device: torch.device) -> float:
 
 
 def wandb_mode(mode: str) -> str:
-    """`auto` means online only when an API key is configured."""
+    """`auto` means online only when credentials for the configured wandb host exist."""
     if mode != "auto":
         return mode
-    has_key = bool(os.environ.get("WANDB_API_KEY")) or os.path.exists(
-        os.path.expanduser("~/.netrc")
-    )
-    return "online" if has_key else "offline"
+    return "online" if has_wandb_credentials() else "offline"
+
+
+def has_wandb_credentials() -> bool:
+    """WANDB_API_KEY, or a netrc entry for WANDB_BASE_URL's host (not any netrc at all)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urllib.parse.urlparse(os.environ.get("WANDB_BASE_URL", WANDB_DEFAULT_URL)).hostname
+    try:
+        entry = netrc.netrc(os.environ.get("NETRC")).authenticators(host or "")
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return bool(entry and entry[2])
 
 
 class Metrics:
@@ -75,15 +89,20 @@ class Metrics:
                 name=cfg.name or os.path.basename(os.path.normpath(out_dir)),
                 dir=cfg.dir or out_dir,
                 mode=mode,
-                config=config,
+                config=redact(config),
                 id=run_id,
                 resume="allow",
+                # No command line, code or git state: --set arguments may carry credentials.
+                settings=wandb.Settings(
+                    x_disable_meta=True, save_code=False, disable_code=True, disable_git=True
+                ),
             )
         except Exception as err:  # noqa: BLE001 - any wandb failure must leave training running
             self._wandb_failed(err)
 
     def _wandb_failed(self, err: Exception) -> None:
-        print(f"[txl-dist] wandb disabled after an error: {err!r}", file=sys.stderr, flush=True)
+        message = redact_text(repr(err))
+        print(f"[txl-dist] wandb disabled after an error: {message}", file=sys.stderr, flush=True)
         self.wandb = None
 
     def log(self, record: dict[str, Any], line: str | None = None) -> None:

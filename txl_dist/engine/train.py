@@ -231,7 +231,7 @@ class Trainer:
     def _save_effective_config(self) -> None:
         if self.world.is_main:
             with open(os.path.join(self.out_dir, "config.json"), "w") as f:
-                json.dump(self.config.to_dict(), f, indent=2)
+                json.dump(self.config.public_dict(), f, indent=2)
 
     # ---- the loop ----
 
@@ -386,7 +386,7 @@ class Trainer:
             world_size=self.world.world_size,
             global_rows=self.config.train.global_rows,
             rows_per_rank=self.rows_per_rank,
-            config=self.config.to_dict(),
+            config=self.config.public_dict(),  # secrets never reach a checkpoint
             vocab_size=self.streams.vocab_size,
             vocab_sha256=self.streams.manifest.vocab_sha256,
             run_id=self.run_id,
@@ -449,7 +449,11 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:  # before any process group: one clear line, no traceback
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
-    trainer = Trainer(config, world, micro, accum, args.resume)
+    try:
+        trainer = Trainer(config, world, micro, accum, args.resume)
+    except checkpoint.UnsafeCheckpointError as err:  # refused before anything was unpickled
+        print(f"checkpoint error: {err}", file=sys.stderr)
+        sys.exit(2)
     stopped_early = trainer.run()
     if stopped_early and args.stop_file and world.is_main:
         _write_stop_file(args.stop_file, trainer.step, stopped_early, trainer.ckpt_dir)
@@ -459,6 +463,14 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _write_stop_file(path: str, step: int, reason: str, ckpt_dir: str) -> None:
-    """Written only once the checkpoint is complete: its presence means "resume me"."""
-    with open(path, "w") as f:
-        json.dump(dict(step=step, reason=reason, checkpoints=ckpt_dir), f)
+    """Written only once the checkpoint is complete: its presence means "resume me".
+
+    Created exclusively and never through a link, so a planted file or symlink is an error
+    rather than a file of someone else's overwritten.
+    """
+    note = dict(step=step, reason=reason, checkpoints=ckpt_dir)
+    if os.environ.get("SLURM_JOB_ID"):  # the batch script requeues only its own job's note
+        note["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(path, flags, 0o600), "w") as f:
+        json.dump(note, f)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -212,25 +214,40 @@ class TransformerXL(nn.Module):
 
     # ---- plain-PyTorch checkpoints: config.json + model.safetensors (or pytorch_model.bin) ----
 
-    def save_pretrained(self, directory: str | os.PathLike, format: str = "safetensors") -> None:
-        """Write config.json and the weights; tied tensors are stored once."""
-        os.makedirs(directory, exist_ok=True)
-        weights = _unaliased_state_dict(self)
-        if format == "safetensors":
-            save_streaming(weights, os.path.join(directory, SAFETENSORS_FILE), {"format": "pt"})
-        elif format == "torch":
-            torch.save(weights, os.path.join(directory, TORCH_FILE))
-        else:
+    def save_pretrained(
+        self,
+        directory: str | os.PathLike,
+        format: str = "safetensors",
+        write_extra: Callable[[str], None] | None = None,
+    ) -> None:
+        """Write config.json and the weights (tied tensors once), replacing `directory` whole.
+
+        Everything goes to a temporary directory beside it that is renamed into place, so a
+        directory never mixes files of two exports; `write_extra(tmp)` adds files (vocabulary,
+        README) before the rename.
+        """
+        if format not in ("safetensors", "torch"):
             raise ValueError(f"format must be 'safetensors' or 'torch', got {format!r}")
-        # The config goes last: a directory with a config.json holds complete weights.
-        with open(os.path.join(directory, CONFIG_FILE), "w") as f:
-            json.dump(self.config.to_dict(), f, indent=2)
+        with staged_directory(directory) as tmp:
+            weights = _unaliased_state_dict(self)
+            if format == "safetensors":
+                save_streaming(weights, os.path.join(tmp, SAFETENSORS_FILE), {"format": "pt"})
+            else:
+                torch.save(weights, os.path.join(tmp, TORCH_FILE))
+            with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
+                json.dump(self.config.to_dict(), f, indent=2)
+            if write_extra is not None:
+                write_extra(tmp)
 
     @classmethod
     def from_pretrained(
         cls, directory: str | os.PathLike, map_location: str | torch.device = "cpu"
     ) -> TransformerXL:
-        """Load what `save_pretrained` (or txl-export) wrote, with torch (and safetensors) only."""
+        """Load what `save_pretrained` (or txl-export) wrote, with torch (and safetensors) only.
+
+        config.json, vocab.txt and the safetensors header are checked against each other before
+        the model is built, so a mismatched or edited directory fails in well under a second.
+        """
         config_path = os.path.join(directory, CONFIG_FILE)
         if not os.path.exists(config_path):
             raise FileNotFoundError(
@@ -239,18 +256,95 @@ class TransformerXL(nn.Module):
             )
         with open(config_path) as f:
             config = TXLConfig.from_dict(json.load(f))
-        weights = _load_weights(directory, map_location)
+        _check_vocab_size(directory, config)
+        weights_path = _weights_path(directory)
+        if weights_path.endswith(SAFETENSORS_FILE):
+            _check_header_layers(weights_path, config)
         with torch.device("meta"):
             model = cls(config, init_weights=False)
-        missing, unexpected = model.load_state_dict(weights, strict=False, assign=True)
+        expected = {k: tuple(v.shape) for k, v in _unaliased_state_dict(model).items()}
+        weights = _load_weights(weights_path, expected, map_location)
+        model.load_state_dict(weights, strict=False, assign=True)
         model.tie_weights()
-        untied_missing = [k for k in missing if k not in _aliased_names(model)]
-        if untied_missing or unexpected:
-            raise ValueError(
-                f"weights in {directory} do not match config.json: missing {untied_missing}, "
-                f"unexpected {unexpected}"
-            )
         return model.eval()
+
+
+VOCAB_FILE = "vocab.txt"
+
+
+@contextlib.contextmanager
+def staged_directory(directory: str | os.PathLike):
+    """Yield a temporary directory that replaces `directory` when the block completes.
+
+    An existing `directory` must be empty or an earlier export (it has a config.json): we
+    never delete a directory of someone else's files.
+    """
+    directory = os.path.abspath(directory)
+    is_export = os.path.exists(os.path.join(directory, CONFIG_FILE))
+    if os.path.isdir(directory) and os.listdir(directory) and not is_export:
+        raise FileExistsError(
+            f"{directory} exists and is not an export (no {CONFIG_FILE}); choose an empty "
+            "or new directory"
+        )
+    parent, name = os.path.split(directory)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+    try:
+        yield tmp
+        old = None
+        if os.path.exists(directory):
+            old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
+            os.replace(directory, os.path.join(old, name))
+        os.replace(tmp, directory)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _check_vocab_size(directory, config: TXLConfig) -> None:
+    """A vocab.txt beside the weights must have exactly n_token entries."""
+    path = os.path.join(directory, VOCAB_FILE)
+    if not os.path.exists(path):
+        return
+    with open(path, "rb") as f:
+        entries = sum(1 for line in f if line.strip())
+    if entries != config.n_token:
+        raise ValueError(
+            f"{path} has {entries} entries but config.json has n_token {config.n_token}: the "
+            "vocabulary is not the model's; re-export or restore the right vocab.txt"
+        )
+
+
+def _weights_path(directory) -> str:
+    """The one weights file of an export; two formats at once means a mixed directory."""
+    found = [
+        os.path.join(directory, name)
+        for name in (SAFETENSORS_FILE, TORCH_FILE)
+        if os.path.exists(os.path.join(directory, name))
+    ]
+    if len(found) != 1:
+        what = "both" if found else "neither"
+        raise FileNotFoundError(
+            f"{directory} holds {what} {SAFETENSORS_FILE} and {TORCH_FILE}: an export has "
+            "exactly one; re-export into an empty directory"
+        )
+    return found[0]
+
+
+def _check_header_layers(path: str, config: TXLConfig) -> None:
+    """The header's layer count must be config.json's, before a model of n_layer is built."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as f:
+        names = f.keys()
+    layers = {int(name.split(".")[1]) for name in names if name.startswith("layers.")}
+    if len(layers) != config.n_layer:
+        raise ValueError(
+            f"weights in {path} do not match config.json: {len(layers)} layers, n_layer "
+            f"{config.n_layer}; the config does not belong to these weights"
+        )
 
 
 def _aliased_names(model: nn.Module) -> set[str]:
@@ -264,13 +358,31 @@ def _unaliased_state_dict(model: nn.Module) -> dict[str, Tensor]:
     return {k: v.contiguous() for k, v in model.state_dict().items() if k not in aliases}
 
 
-def _load_weights(directory, map_location) -> dict[str, Tensor]:
-    safetensors_path = os.path.join(directory, SAFETENSORS_FILE)
-    torch_path = os.path.join(directory, TORCH_FILE)
-    if os.path.exists(safetensors_path):
-        from safetensors.torch import load_file
+def _load_weights(path: str, expected: dict[str, tuple], map_location) -> dict[str, Tensor]:
+    """The weights at `path`, whose names and shapes must be `expected` (checked first)."""
+    if path.endswith(SAFETENSORS_FILE):
+        from safetensors import safe_open
 
-        return load_file(safetensors_path, device=str(map_location))
-    if os.path.exists(torch_path):
-        return torch.load(torch_path, map_location=map_location, weights_only=True)
-    raise FileNotFoundError(f"no {SAFETENSORS_FILE} or {TORCH_FILE} in {directory}")
+        with safe_open(path, framework="pt") as f:
+            names = f.keys()
+            found = {k: tuple(f.get_slice(k).get_shape()) for k in names}
+            _check_names_and_shapes(path, found, expected)
+            return {k: f.get_tensor(k).to(map_location) for k in names}
+    weights = torch.load(path, map_location=map_location, weights_only=True)
+    _check_names_and_shapes(path, {k: tuple(v.shape) for k, v in weights.items()}, expected)
+    return weights
+
+
+def _check_names_and_shapes(path: str, found: dict, expected: dict) -> None:
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    shapes = [
+        f"{k} {found[k]} vs {expected[k]}"
+        for k in expected
+        if found.get(k, expected[k]) != expected[k]
+    ]
+    if missing or unexpected or shapes:
+        raise ValueError(
+            f"weights in {path} do not match config.json: missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}, shape file vs config {shapes[:5]}"
+        )

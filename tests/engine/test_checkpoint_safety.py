@@ -1,0 +1,95 @@
+"""Received checkpoints cannot run code: every pickle is checked before anything unpickles it."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from txl_dist.engine import checkpoint
+from txl_dist.engine.checkpoint import UnsafeCheckpointError
+
+
+class Payload:
+    """Unpickling this runs `touch MARKER`: the attack the checks must stop."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def write_checkpoint(directory, payload=None, **save_kwargs):
+    """A one-rank checkpoint as our save() writes it; `payload` goes into the memory file."""
+    tag = directory / "global_step3"
+    tag.mkdir(parents=True)
+    state = {"first_row": 0, "memory": [torch.zeros(2, 3, 4)], "rng": checkpoint.rng_state()}
+    if payload is not None:
+        state["extra"] = payload
+    torch.save(state, tag / "memory_rank0.pt", **save_kwargs)
+    (tag / checkpoint.CLIENT_FILE).write_text(json.dumps({"step": 3, "world_size": 1}))
+    (directory / checkpoint.LATEST).write_text(tag.name)
+    return tag
+
+
+def test_our_own_checkpoint_passes_and_loads(tmp_path):
+    write_checkpoint(tmp_path)
+    point = checkpoint.find_resume_point(str(tmp_path), "unused")
+    rows, rng = checkpoint.load_memories(point, rows_per_rank=2, rank=0)
+    assert rows[0].shape == (2, 3, 4) and rng is not None
+
+
+@pytest.mark.parametrize("resume", ["dir", "tag", "auto"])
+def test_a_pickle_that_runs_code_is_refused_before_unpickling(tmp_path, resume):
+    marker = tmp_path / "pwned"
+    ckpts = tmp_path / "run" / "checkpoints"
+    tag = write_checkpoint(ckpts, Payload(marker))
+    arg = {"dir": str(ckpts), "tag": str(tag), "auto": "auto"}[resume]
+    with pytest.raises(UnsafeCheckpointError) as err:
+        checkpoint.find_resume_point(arg, str(tmp_path / "run"))
+    message = str(err.value)
+    assert "memory_rank0.pt" in message and "posix.system" in message and "\n" not in message
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "save_kwargs",
+    [{"pickle_protocol": 4}, {"_use_new_zipfile_serialization": False}],
+    ids=["protocol4", "legacy-format"],
+)
+def test_pickles_the_scanner_cannot_read_are_refused(tmp_path, save_kwargs):
+    # Protocol 4 names globals with STACK_GLOBAL, which a static scan cannot resolve; the
+    # legacy format has no zip to scan. Both would reach a plain unpickler in DeepSpeed.
+    marker = tmp_path / "pwned"
+    write_checkpoint(tmp_path / "ck", Payload(marker), **save_kwargs)
+    with pytest.raises(UnsafeCheckpointError, match="memory_rank0.pt: refused, not a torch.save"):
+        checkpoint.find_resume_point(str(tmp_path / "ck"), "unused")
+    assert not marker.exists()
+
+
+def test_a_pickle_in_a_linked_subdirectory_is_found(tmp_path):
+    # DeepSpeed's universal checkpoints keep their tensors in zero/<param>/*.pt.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    torch.save({"x": Payload(tmp_path / "pwned")}, elsewhere / "fp32.pt")
+    tag = write_checkpoint(tmp_path / "ck")
+    (tag / "zero").mkdir()
+    os.symlink(elsewhere, tag / "zero" / "param")
+    os.symlink(tag, tag / "zero" / "loop")  # a cycle must not hang the walk
+    with pytest.raises(UnsafeCheckpointError, match="fp32.pt: refused, its pickle calls"):
+        checkpoint.check_pickles(str(tag))
+
+
+def test_latest_must_name_a_tag_not_a_path(tmp_path):
+    write_checkpoint(tmp_path)
+    (tmp_path / checkpoint.LATEST).write_text("../../somewhere/global_step3")
+    with pytest.raises(FileNotFoundError, match="not a global_stepN checkpoint tag"):
+        checkpoint.find_resume_point(str(tmp_path), "unused")
+
+
+def test_a_torch_with_known_unpickler_bypasses_is_refused(tmp_path, monkeypatch):
+    write_checkpoint(tmp_path)
+    monkeypatch.setattr(torch, "__version__", "2.9.1+cpu")
+    with pytest.raises(UnsafeCheckpointError, match=r"torch 2.9.1\+cpu .* needs torch>=2.10"):
+        checkpoint.find_resume_point(str(tmp_path), "unused")

@@ -1,0 +1,148 @@
+"""Real runs (ZeRO 0, 2, 3) with secrets leave no trace of them; poisoned checkpoints are refused.
+
+Each stage trains one step on one rank from an HTTP server, with a password in data.path and a
+bearer token in data.storage_options, wandb offline; then resumes to step 2 with the secrets
+given again on the command line (the checkpoint holds them redacted), and is exported. Every
+file of the run, wandb and export directories and every captured output is searched for the
+secrets. Copies of the checkpoints with a code-running pickle are then refused by resume and
+export before anything is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from data_pipeline.prepare import main as prepare_main
+from tests.conftest import REPO_ROOT
+from tests.data_pipeline.conftest import RangeServer
+from tests.integration.runs import PRETRAIN
+from txl_dist.export import ExportError, export
+
+STAGES = (0, 2, 3)
+PASSWORD, TOKEN = "pw-Zq81SECRET", "tok-Hx27SECRET"
+SECRETS = (PASSWORD, TOKEN)
+
+
+class Payload:
+    """Unpickling this runs `touch MARKER`."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.fixture(scope="module")
+def server(shared_data, tmp_path_factory):
+    """A small WikiText-103 prefix (quick to evaluate), prepared and served over HTTP."""
+    root = tmp_path_factory.mktemp("untrusted")
+    source = root / "source"
+    source.mkdir()
+    for name, size in (("wiki.train.tokens", 200_000), ("wiki.valid.tokens", 20_000)):
+        with open(shared_data / "wikitext-103" / name, "rb") as f:
+            (source / name).write_bytes(f.read(size))
+    argv = ["--dataset", "wikitext-103", "--source", str(source), "--out", str(root / "small")]
+    assert prepare_main(argv) == 0
+    server = RangeServer(root, root / "http.log")
+    yield server, root / "small"
+    server.stop()
+
+
+def pretrain(out_dir: Path, data_url: str, stage: int, steps: int) -> subprocess.CompletedProcess:
+    n_token = len((out_dir.parent / "vocab.txt").read_text().splitlines())
+    options = json.dumps({"headers": {"X-Api-Token": TOKEN}})
+    settings = [
+        f"data.path={data_url}",
+        f"data.storage_options={options}",
+        f"train.out_dir={out_dir}",
+        f"deepspeed.zero_optimization.stage={stage}",
+        f"model.n_token={n_token}",
+        "model.cutoffs=[2000,4000]",
+        f"train.max_steps={steps}",
+        "train.global_rows=4",
+        "data.test_split=null",
+        "train.eval_interval=0",
+        "train.save_interval=1",
+        "logging.log_interval=1",
+        "logging.wandb.mode=offline",
+    ]
+    args = [sys.executable, PRETRAIN, "--config", str(REPO_ROOT / "configs" / "tiny.json")]
+    args += [a for s in settings for a in ("--set", s)] + ["--resume", "auto"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def runs(server, tmp_path_factory) -> dict[int, tuple[Path, Path, str]]:
+    """stage -> (run dir, export dir, all captured output) of a 1 + 1 step run with secrets."""
+    http, data = server
+    url = http.url.replace("http://", f"http://reader:{PASSWORD}@") + "/small"
+    result = {}
+    for stage in STAGES:
+        run = tmp_path_factory.mktemp(f"secret-zero{stage}")
+        shutil.copy(data / "vocab.txt", run / "vocab.txt")  # read by pretrain() for n_token
+        out = run / "run"
+        first, resumed = pretrain(out, url, stage, 1), pretrain(out, url, stage, 2)
+        assert "resumed global_step1 at step 1" in resumed.stdout
+        exported = run / "export"
+        export(str(out), str(exported), vocab_path=str(data / "vocab.txt"))
+        logs = "".join(p.stdout + p.stderr for p in (first, resumed))
+        result[stage] = (out, exported, logs)
+    return result
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_secrets_reach_no_file_and_no_output(runs, stage):
+    out, exported, logs = runs[stage]
+    files = [p for d in (out, exported) for p in d.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".wandb" for p in files) and any(p.suffix == ".pt" for p in files)
+    for secret in SECRETS:
+        assert secret not in logs
+        for path in files:
+            assert secret.encode() not in path.read_bytes(), f"{secret} in {path}"
+    saved = json.loads((out / "config.json").read_text())["data"]
+    assert saved["storage_options"] == {"headers": {"X-Api-Token": "***"}}
+    assert saved["path"].startswith("http://***@127.0.0.1:")
+
+
+def poisoned_copy(out: Path, stage: int, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the run whose latest checkpoint carries a code-running pickle; and its marker."""
+    copy = Path(shutil.copytree(out, tmp_path / "received", ignore=shutil.ignore_patterns("wandb")))
+    tag = copy / "checkpoints" / "global_step2"
+    # ZeRO 0: the module weights; ZeRO 2/3: DeepSpeed's optimizer partition.
+    pattern = "mp_rank_00_model_states.pt" if stage == 0 else "*optim_states.pt"
+    (target,) = tag.glob(pattern)
+    state = torch.load(target, map_location="cpu", weights_only=False)  # our own file
+    marker = tmp_path / "pwned"
+    state["extra"] = Payload(marker)
+    torch.save(state, target)
+    return copy, marker
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_poisoned_checkpoint_is_refused_by_export_and_resume(runs, stage, tmp_path):
+    copy, marker = poisoned_copy(runs[stage][0], stage, tmp_path)
+    with pytest.raises(ExportError, match=r"optim_states.pt|model_states.pt") as err:
+        export(str(copy), str(tmp_path / "export"), vocab_path=str(copy.parent / "none"))
+    assert "posix.system" in str(err.value)
+    proc = subprocess.run(
+        [sys.executable, PRETRAIN, "--config", str(copy / "config.json"), "--resume", "auto",
+         "--set", f"train.out_dir={copy}", "--set", "logging.wandb.mode=disabled"],
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("checkpoint error: ") and "posix.system" in last
+    assert not marker.exists()
+    assert not (tmp_path / "export").exists()

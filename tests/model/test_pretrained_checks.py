@@ -1,0 +1,96 @@
+"""Edited or mixed export directories fail fast on load; saves replace a directory whole."""
+
+import json
+import time
+
+import pytest
+import torch
+
+from txl_dist.model import TransformerXL, TXLConfig
+
+
+def small_model(seed=0) -> TransformerXL:
+    torch.manual_seed(seed)
+    return TransformerXL(
+        TXLConfig(n_token=100, n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=8)
+    ).eval()
+
+
+def edit_config(directory, **changes):
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+def test_a_vocabulary_of_another_size_is_refused(tmp_path):
+    small_model().save_pretrained(tmp_path)
+    lines = [f"w{i}\t1" for i in range(300)]  # 200 more entries than n_token
+    (tmp_path / "vocab.txt").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match="300 entries but config.json has n_token 100"):
+        TransformerXL.from_pretrained(tmp_path)
+    (tmp_path / "vocab.txt").write_text("\n".join(lines[:100]) + "\n")
+    assert TransformerXL.from_pretrained(tmp_path).config.n_token == 100
+
+
+@pytest.mark.parametrize("n_layer", [500, 50_000])
+def test_an_edited_layer_count_fails_in_under_a_second(tmp_path, n_layer):
+    small_model().save_pretrained(tmp_path)
+    edit_config(tmp_path, n_layer=n_layer)
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match=f"2 layers, n_layer {n_layer}"):
+        TransformerXL.from_pretrained(tmp_path)
+    assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "torch"])
+def test_shapes_of_another_config_are_named(tmp_path, fmt):
+    small_model().save_pretrained(tmp_path, format=fmt)
+    edit_config(tmp_path, d_inner=16)
+    with pytest.raises(ValueError, match=r"layers.0.pos_ff.CoreNet.0.weight \(8, 8\) vs \(16, 8\)"):
+        TransformerXL.from_pretrained(tmp_path)
+
+
+def test_saving_over_an_export_of_the_other_format_leaves_only_the_new_weights(tmp_path):
+    old, new = small_model(seed=1), small_model(seed=2)
+    old.save_pretrained(tmp_path / "out", format="torch")
+    new.save_pretrained(tmp_path / "out", format="safetensors")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+    ]
+    loaded = TransformerXL.from_pretrained(tmp_path / "out")
+    torch.testing.assert_close(loaded.state_dict(), new.state_dict(), rtol=0, atol=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary left
+
+
+def test_both_weight_files_in_one_directory_is_an_error(tmp_path):
+    model = small_model()
+    model.save_pretrained(tmp_path / "a", format="torch")
+    model.save_pretrained(tmp_path / "b", format="safetensors")
+    (tmp_path / "b" / "pytorch_model.bin").write_bytes(
+        (tmp_path / "a" / "pytorch_model.bin").read_bytes()
+    )
+    with pytest.raises(
+        FileNotFoundError, match="holds both model.safetensors and pytorch_model.bin"
+    ):
+        TransformerXL.from_pretrained(tmp_path / "b")
+
+
+def test_a_failed_save_leaves_the_earlier_export_and_no_temporary(tmp_path):
+    old = small_model(seed=1)
+    old.save_pretrained(tmp_path / "out")
+
+    def crash(directory):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        small_model(seed=2).save_pretrained(tmp_path / "out", format="torch", write_extra=crash)
+    loaded = TransformerXL.from_pretrained(tmp_path / "out")
+    torch.testing.assert_close(loaded.state_dict(), old.state_dict(), rtol=0, atol=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_directory_that_is_not_an_export_is_never_replaced(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="is not an export"):
+        small_model().save_pretrained(tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
