@@ -63,9 +63,11 @@ class Recl:
     r: float
     """Fraction of hardest positions (largest baseline loss) the gain is measured on."""
     length: int
-    """RECL: the context c at which the relative gain of c' over c fell below the threshold."""
+    """RECL: the first context c whose relative gain g(c, c') fell below the threshold."""
     capped: bool
     """The gain never fell below the threshold: the RECL is at least the longest context swept."""
+    gains: list[float]
+    """g(c_k, c_k+1) for every pair of consecutive contexts (the paper's Figure 3, normalized)."""
 
 
 def recl(
@@ -86,8 +88,7 @@ def recl(
         raise ValueError(f"r must be in (0, 1], got {r}")
     out = []
     for i in range(n_models):
-        k = 0
-        while k + 1 < n_contexts and relative_gain(token_losses, i, k, k + 1, r) >= threshold:
-            k += 1
-        out.append(Recl(r, int(contexts[k]), capped=k + 1 == n_contexts))
+        gains = [relative_gain(token_losses, i, k, k + 1, r) for k in range(n_contexts - 1)]
+        stop = next((k for k, g in enumerate(gains) if g < threshold), n_contexts - 1)
+        out.append(Recl(r, int(contexts[stop]), stop == n_contexts - 1, gains))
     return out

@@ -181,6 +181,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--batch-size must be at least 1")
     if args.sweep is None and (len(args.model) > 1 or args.out):
         p.error("several --model and --out need a sweep: add --sweep-mem-len or --sweep-clamp-len")
+    if len(set(args.model)) < len(args.model):
+        p.error("give each --model once")
     if not 0 < args.threshold < 1:
         p.error(f"--threshold must be in (0, 1), got {args.threshold}")
     return args
@@ -189,7 +191,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 SWEEP_HELP = """\
 sweeps:
   --sweep-mem-len 0,32,64,128 scores the split at each memory length (the other lengths as
-  above); --sweep-clamp-len does the same for clamp_len (-1: no clamp). The data is read once.
+  above); --sweep-clamp-len=-1,16,... does the same for clamp_len (-1: no clamp; write it with
+  "=" as it starts with a dash). The data is read once.
   Output: a table (--json: rows of mem_len, clamp_len, attn_len, loss, ppl, tokens), --out CSV.
   attn_len is the most tokens a prediction is conditioned on: mem_len with same_length,
   mem_len + tgt_len without. The swept context is attn_len for a memory sweep and clamp_len
