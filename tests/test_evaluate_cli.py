@@ -15,10 +15,9 @@ import torch
 from data_pipeline import prepare
 from data_pipeline.streams import IGNORE_INDEX
 from data_pipeline.vocab import Vocab
-from txl_dist.context import effective_context, recl
+from txl_dist.context import SweepRow, effective_context, read_csv, recl
 from txl_dist.evaluate import TextBatches, main, text_ids
 from txl_dist.model import TransformerXL, TXLConfig
-from txl_dist.sweep import SweepRow, read_csv
 
 WORDS = [f"w{i}" for i in range(60)]
 

@@ -1,6 +1,6 @@
-"""How much context a model uses: effective context length of one model, RECL of a group.
+"""How much context a model uses: sweep rows, effective context of one model, RECL of a group.
 
-Both read a sweep: the same split scored at increasing context lengths c_1 < c_2 < ... (the
+Both measures read a sweep: the same split scored at increasing context lengths c_1 < c_2 < ... (the
 attention length for a memory sweep). They differ in what they compare:
 
 - effective context (one model, from its mean losses): the shortest c whose loss is within
@@ -12,12 +12,42 @@ attention length for a memory sweep). They differ in what they compare:
 
 from __future__ import annotations
 
+import csv
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 RECL_THRESHOLD = 0.01  # the paper's: stop when the relative perplexity gain falls below 1%
+
+
+@dataclass
+class SweepRow:
+    """One model at one length: a line of the table, a --json row, a CSV row."""
+
+    model: str
+    """The --model directory."""
+    swept: str
+    """Which length the sweep varies: mem_len or clamp_len."""
+    context: int
+    """The swept context: attn_len for mem_len sweeps, clamp_len (-1: attn_len) for clamp_len."""
+    tgt_len: int
+    """Segment length."""
+    mem_len: int
+    """Memory length."""
+    clamp_len: int
+    """Relative distances clamped to this (-1: no clamp)."""
+    same_length: bool
+    """Every query attends to the same number of keys."""
+    attn_len: int
+    """The most tokens a prediction is conditioned on (txl_dist.context.attention_length)."""
+    loss: float
+    """Mean NLL per scored token (nats)."""
+    ppl: float
+    """exp(loss)."""
+    tokens: int
+    """Tokens scored."""
 
 
 def attention_length(tgt_len: int, mem_len: int, same_length: bool) -> int:
@@ -92,3 +122,27 @@ def recl(
         stop = next((k for k, g in enumerate(gains) if g < threshold), n_contexts - 1)
         out.append(Recl(r, int(contexts[stop]), stop == n_contexts - 1, gains))
     return out
+
+
+CSV_FIELDS = [f.name for f in dataclasses.fields(SweepRow)]
+
+
+def write_csv(rows: list[SweepRow], path: str) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(dataclasses.asdict(r) for r in rows)
+
+
+def read_csv(path: str) -> list[SweepRow]:
+    """Rows of a CSV written by `txl-eval --sweep-... --out`."""
+    types = {"int": int, "float": float, "str": str, "bool": lambda v: v == "True"}
+    kinds = {f.name: types[f.type] for f in dataclasses.fields(SweepRow)}
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != CSV_FIELDS:
+            raise ValueError(
+                f"{path} is not a txl-eval sweep CSV: its columns are {reader.fieldnames}, "
+                f"expected {CSV_FIELDS}; write it with txl-eval --sweep-mem-len ... --out FILE"
+            )
+        return [SweepRow(**{k: kinds[k](v) for k, v in row.items()}) for row in reader]

@@ -33,7 +33,7 @@ from data_pipeline.errors import DataError
 from data_pipeline.shards import load_manifest, manifest_url
 from data_pipeline.streams import IGNORE_INDEX, Geometry, TokenStreams
 from data_pipeline.vocab import EOS, Vocab
-from txl_dist.context import RECL_THRESHOLD
+from txl_dist.context import RECL_THRESHOLD, write_csv
 from txl_dist.engine.dist import World, init_distributed, world_from_env
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.export import DTYPES, VOCAB_FILE
@@ -44,7 +44,6 @@ from txl_dist.sweep import (
     run_sweep,
     table,
     to_json,
-    write_csv,
 )
 
 ONE_PROCESS = World(rank=0, world_size=1, local_rank=0)
@@ -256,7 +255,10 @@ def _first(value, default):
 
 
 def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
-    """(source name, this rank's evaluation batches) of --text or --data, checked."""
+    """(source name, this rank's evaluation batches, unknown words of --text) of --text or --data.
+
+    Every --model's vocabulary is checked against the data's.
+    """
     if args.batch_size % world.world_size:
         raise ValueError(
             f"--batch-size {args.batch_size} must be a multiple of the {world.world_size} ranks"
@@ -298,11 +300,11 @@ def run(args: argparse.Namespace, world: World, device: torch.device) -> EvalRep
 
 def sweep(args: argparse.Namespace, world: World, device: torch.device) -> SweepResult:
     first = load_model(args.model[0], args, device)
-    _, batches, _ = batches_for(args, first, world)
-    loaded = {args.model[0]: first}  # the first is loaded already; the rest one at a time
+    _, batches, _ = batches_for(args, first, world)  # segments of the first model's tgt_len
+    loaded = {args.model[0]: first}  # the others are loaded one at a time, in their turn
 
     def load(path: str) -> TransformerXL:
-        return loaded.pop(path, None) or load_model(path, args, device)
+        return loaded.pop(path) if path in loaded else load_model(path, args, device)
 
     return run_sweep(
         load, args.model, batches, device, args.sweep, args.lengths, args.threshold,

@@ -8,7 +8,6 @@ replayed for every length and model. Each length is an ordinary evaluation (the 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -20,39 +19,9 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from data_pipeline.streams import IGNORE_INDEX
-from txl_dist.context import Recl, attention_length, effective_context, recl
+from txl_dist.context import Recl, SweepRow, attention_length, effective_context, recl
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.model import TransformerXL
-
-SWEPT = ("mem_len", "clamp_len")
-
-
-@dataclass
-class SweepRow:
-    """One model at one length: a line of the table, a --json row, a CSV row."""
-
-    model: str
-    """The --model directory."""
-    swept: str
-    """Which length the sweep varies: mem_len or clamp_len."""
-    context: int
-    """The swept context: attn_len for mem_len sweeps, clamp_len (-1: attn_len) for clamp_len."""
-    tgt_len: int
-    """Segment length."""
-    mem_len: int
-    """Memory length."""
-    clamp_len: int
-    """Relative distances clamped to this (-1: no clamp)."""
-    same_length: bool
-    """Every query attends to the same number of keys."""
-    attn_len: int
-    """The most tokens a prediction is conditioned on (txl_dist.context.attention_length)."""
-    loss: float
-    """Mean NLL per scored token (nats)."""
-    ppl: float
-    """exp(loss)."""
-    tokens: int
-    """Tokens scored."""
 
 
 @dataclass
@@ -252,27 +221,3 @@ def to_json(result: SweepResult) -> dict:
         effective_context=result.effective,
         recl={name: [dataclasses.asdict(v) for v in rs] for name, rs in result.recl.items()},
     )
-
-
-CSV_FIELDS = [f.name for f in dataclasses.fields(SweepRow)]
-
-
-def write_csv(rows: list[SweepRow], path: str) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, CSV_FIELDS)
-        writer.writeheader()
-        writer.writerows(dataclasses.asdict(r) for r in rows)
-
-
-def read_csv(path: str) -> list[SweepRow]:
-    """Rows of a CSV written by `txl-eval --sweep-... --out`."""
-    types = {"int": int, "float": float, "str": str, "bool": lambda v: v == "True"}
-    kinds = {f.name: types[f.type] for f in dataclasses.fields(SweepRow)}
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames != CSV_FIELDS:
-            raise ValueError(
-                f"{path} is not a txl-eval sweep CSV: its columns are {reader.fieldnames}, "
-                f"expected {CSV_FIELDS}; write it with txl-eval --sweep-mem-len ... --out FILE"
-            )
-        return [SweepRow(**{k: kinds[k](v) for k, v in row.items()}) for row in reader]
