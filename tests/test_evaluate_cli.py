@@ -16,6 +16,7 @@ from data_pipeline import prepare
 from data_pipeline.streams import IGNORE_INDEX
 from data_pipeline.vocab import Vocab
 from txl_dist.context import SweepRow, effective_context, read_csv, recl
+from txl_dist.engine.dist import World
 from txl_dist.evaluate import TextBatches, main, text_ids
 from txl_dist.model import TransformerXL, TXLConfig
 
@@ -197,3 +198,13 @@ def test_models_that_cannot_be_compared_are_refused(capsys, corpus, model_dir, t
     assert "--same-length false" in capsys.readouterr().err
     assert main(["--model", str(model_dir), *data, "--sweep-mem-len", "0,4"]) == 1
     assert "--same-length false" in capsys.readouterr().err
+
+
+def test_text_batches_split_their_rows_over_ranks():
+    ids = np.arange(100)
+    whole = list(TextBatches(ids, rows=4, tgt_len=7))
+    ranks = [list(TextBatches(ids, 4, 7, World(rank, 2, rank))) for rank in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == len(whole)
+    for step, (inputs, targets) in enumerate(whole):
+        assert torch.equal(torch.cat([ranks[0][step][0], ranks[1][step][0]]), inputs)
+        assert torch.equal(torch.cat([ranks[0][step][1], ranks[1][step][1]]), targets)
