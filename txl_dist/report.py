@@ -136,6 +136,7 @@ def plot_sweep(curves: dict[str, list[SweepRow]], out: str, threshold: float) ->
     swept = next(iter(curves.values()))[0].swept
     ax.set_xlabel("attention length (tokens)" if swept == "mem_len" else "clamp length (tokens)")
     ax.set_ylabel("perplexity")
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)  # flat curves: no "+1.05e3"
     ax.set_title(f"perplexity by context (circled: effective context, loss within {threshold:.0%})")
     ax.grid(alpha=0.3)
     ax.legend()
