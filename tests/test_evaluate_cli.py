@@ -1,17 +1,23 @@
-"""txl-eval on a small random model: a prepared split and the same text given raw score alike."""
+"""txl-eval on a small random model: a prepared split and the same text given raw score alike;
+sweeps match plain runs, and a group sweep's RECL matches its models' per-token losses."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
 from data_pipeline import prepare
+from data_pipeline.streams import IGNORE_INDEX
 from data_pipeline.vocab import Vocab
-from txl_dist.evaluate import main
+from txl_dist.context import SweepRow, effective_context, read_csv, recl
+from txl_dist.engine.dist import World
+from txl_dist.evaluate import TextBatches, main, text_ids
 from txl_dist.model import TransformerXL, TXLConfig
 
 WORDS = [f"w{i}" for i in range(60)]
@@ -99,3 +105,106 @@ def test_bad_inputs_are_clear_errors(capsys, corpus, model_dir, tmp_path):
 
     assert main(["--model", str(tmp_path), *data]) == 1
     assert "config.json" in capsys.readouterr().err
+
+
+# ---- sweeps ----
+
+
+def test_a_sweep_row_is_the_plain_run_at_that_length(capsys, corpus, model_dir, tmp_path):
+    data = ["--model", model_dir, "--data", corpus / "data", "--split", "valid", "--batch-size", 3]
+    swept = txl_eval(
+        capsys, *data, "--same-length", "false", "--sweep-mem-len", "12,0,4", "--out",
+        tmp_path / "sweep.csv",
+    )  # fmt: skip
+    rows = swept["rows"]
+    assert [(r["mem_len"], r["attn_len"]) for r in rows] == [(0, 6), (4, 10), (12, 18)]
+    for row in rows:
+        plain = txl_eval(capsys, *data, "--same-length", "false", "--mem-len", row["mem_len"])
+        assert row["loss"] == pytest.approx(plain["loss"], abs=1e-6)
+        assert row["tokens"] == plain["tokens"]
+    assert rows[0]["loss"] != rows[2]["loss"]  # the memory changes what the model predicts
+    assert read_csv(str(tmp_path / "sweep.csv")) == [SweepRow(**r) for r in rows]
+    assert swept["effective_context"] == {
+        str(model_dir): effective_context([6, 10, 18], [r["loss"] for r in rows], 0.01)
+    }
+    assert swept["recl"] == {}  # RECL compares a group
+
+    clamp = txl_eval(capsys, *data, "--sweep-clamp-len=-1,2")["rows"]  # config: same_length
+    assert [(r["clamp_len"], r["context"], r["attn_len"]) for r in clamp] == [
+        (2, 2, 12),
+        (-1, 12, 12),
+    ]
+    plain = txl_eval(capsys, *data, "--clamp-len", 2)
+    assert clamp[0]["loss"] == pytest.approx(plain["loss"], abs=1e-6)
+
+
+def token_losses(model_dir, text_ids, rows: int, tgt_len: int, mem_len: int) -> np.ndarray:
+    """Every scored token's loss, computed here with the model alone, in the sweep's order."""
+    model = TransformerXL.from_pretrained(model_dir)
+    model.set_lengths(tgt_len=tgt_len, mem_len=mem_len, same_length=False)
+    mems, out = None, []
+    with torch.no_grad():
+        for input_ids, targets in TextBatches(text_ids, rows, tgt_len):
+            result = model(input_ids, targets, mems)
+            out.append(result.loss[targets != IGNORE_INDEX])
+            mems = result.mems
+    return torch.cat(out).numpy()
+
+
+def test_a_group_sweep_gives_the_recl_of_its_models_token_losses(
+    capsys, corpus, model_dir, tmp_path
+):
+    # Weights of std 0.5 attend sharply enough for the memory to change the losses.
+    config = TransformerXL.from_pretrained(model_dir).config
+    group = [tmp_path / "a", tmp_path / "b"]
+    for seed, path in enumerate(group):
+        torch.manual_seed(seed)
+        TransformerXL(dataclasses.replace(config, init_std=0.5)).save_pretrained(path)
+        shutil.copy(model_dir / "vocab.txt", path / "vocab.txt")
+    text = corpus / "src" / "valid.txt"
+    lengths = [0, 4, 16]
+    result = txl_eval(
+        capsys, "--model", group[0], "--model", group[1], "--text", text, "--batch-size", 2,
+        "--same-length", "false", "--sweep-mem-len", ",".join(map(str, lengths)),
+        "--recl-r", "0.1,1",
+    )  # fmt: skip
+    ids, _ = text_ids(str(text), Vocab.load(str(model_dir / "vocab.txt")))
+    losses = np.stack([[token_losses(m, ids, 2, 6, mem) for mem in lengths] for m in group])
+    contexts = [mem + 6 for mem in lengths]
+    for r in (0.1, 1.0):
+        expected = recl(losses, contexts, r)
+        got = [next(x for x in result["recl"][str(m)] if x["r"] == r) for m in group]
+        assert [(x["length"], x["capped"]) for x in got] == [(e.length, e.capped) for e in expected]
+        for x, e in zip(got, expected):
+            assert x["gains"] == pytest.approx(e.gains, abs=1e-6)
+            assert max(e.gains) > 1e-4  # gains that would show tokens scored out of order
+
+
+def test_models_that_cannot_be_compared_are_refused(capsys, corpus, model_dir, tmp_path):
+    data = ["--data", str(corpus / "data"), "--split", "valid", "--no-progress"]
+    other = tmp_path / "other"
+    shutil.copytree(model_dir, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "eval_tgt_len": 4}))
+    group = ["--model", str(model_dir), "--model", str(other), *data, "--sweep-mem-len", "4"]
+    assert main(group) == 1
+    assert "pass --tgt-len" in capsys.readouterr().err
+    assert main([*group, "--tgt-len", "4"]) == 0
+    with pytest.raises(SystemExit):
+        main(["--model", str(model_dir), "--model", str(model_dir), *data, "--sweep-mem-len", "4"])
+    assert "each --model once" in capsys.readouterr().err
+    # same_length with no memory attends to nothing: refused, plain or swept
+    assert main(["--model", str(model_dir), *data, "--mem-len", "0"]) == 1
+    assert "--same-length false" in capsys.readouterr().err
+    assert main(["--model", str(model_dir), *data, "--sweep-mem-len", "0,4"]) == 1
+    assert "--same-length false" in capsys.readouterr().err
+
+
+def test_text_batches_split_their_rows_over_ranks():
+    ids = np.arange(100)
+    whole = list(TextBatches(ids, rows=4, tgt_len=7))
+    ranks = [list(TextBatches(ids, 4, 7, World(rank, 2, rank))) for rank in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == len(whole)
+    for step, (inputs, targets) in enumerate(whole):
+        assert torch.equal(torch.cat([ranks[0][step][0], ranks[1][step][0]]), inputs)
+        assert torch.equal(torch.cat([ranks[0][step][1], ranks[1][step][1]]), targets)

@@ -1,4 +1,4 @@
-"""txl-report: metrics.jsonl (as the engine writes it) -> a 4-panel PNG."""
+"""txl-report: metrics.jsonl (as the engine writes it) -> a 4-panel PNG; sweep CSVs -> a plot."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from txl_dist.report import main, read_metrics
+from txl_dist.context import SweepRow, write_csv
+from txl_dist.report import main, plot_sweep, read_metrics, sweep_curves
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -51,3 +52,59 @@ def test_writes_a_png_of_the_run(tmp_path, capsys):
 def test_a_directory_without_metrics_is_a_clear_error(tmp_path, capsys):
     assert main([str(tmp_path)]) == 1
     assert "metrics.jsonl not found" in capsys.readouterr().err
+
+
+# ---- sweeps ----
+
+
+def write_sweep(path, models: dict[str, list[float]], swept: str = "mem_len") -> None:
+    """A sweep CSV as txl-eval writes it: each model's losses at attention lengths 64, 96, 128."""
+    rows = [
+        SweepRow(
+            model=model,
+            swept=swept,
+            context=64 + 32 * k,
+            tgt_len=64,
+            mem_len=32 * k,
+            clamp_len=-1,
+            same_length=False,
+            attn_len=64 + 32 * k,
+            loss=loss,
+            ppl=math.exp(loss),
+            tokens=1000,
+        )  # fmt: skip
+        for model, losses in models.items()
+        for k, loss in enumerate(losses)
+    ]
+    write_csv(rows, str(path))
+
+
+def test_a_sweep_plot_has_one_line_per_model(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    write_sweep(tmp_path / "a.csv", {"small": [5.0, 4.8, 4.79], "big": [4.5, 4.2, 4.0]})
+    write_sweep(tmp_path / "b.csv", {"other": [6.0, 6.0, 6.0]})
+    paths = [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
+    drawn = plot_sweep(sweep_curves(paths), str(tmp_path / "plot.png"), 0.01)
+    assert sorted(drawn) == ["big", "other", "small"]
+    x, y = drawn["big"]
+    assert x == [64, 96, 128] and y == pytest.approx([math.exp(v) for v in (4.5, 4.2, 4.0)])
+
+    assert main(["--sweep", *paths]) == 0
+    png = (tmp_path / "a.png").read_bytes()  # beside the first CSV
+    assert png.startswith(PNG_MAGIC)
+    assert matplotlib.image.imread(str(tmp_path / "a.png")).shape[:2] == (450, 700)
+
+
+def test_bad_sweep_files_are_clear_errors(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "x.csv").write_text("step,loss\n1,2.0\n")
+    assert main(["--sweep", str(tmp_path / "x.csv")]) == 1
+    assert "not a txl-eval sweep CSV" in capsys.readouterr().err
+    write_sweep(tmp_path / "mem.csv", {"a": [5.0, 4.9, 4.8]})
+    write_sweep(tmp_path / "clamp.csv", {"b": [5.0, 4.9, 4.8]}, swept="clamp_len")
+    assert main(["--sweep", str(tmp_path / "mem.csv"), str(tmp_path / "clamp.csv")]) == 1
+    assert "one kind at a time" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--sweep", str(tmp_path / "mem.csv")])

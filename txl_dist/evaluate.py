@@ -2,6 +2,8 @@
 
     txl-eval --model OUT_DIR --data DATA_ROOT_OR_MANIFEST_URL [--split test] [options]
     txl-eval --model OUT_DIR --text FILE [options]
+    txl-eval --model A [--model B ...] --data ROOT --split valid --sweep-mem-len 16,32,64,128
+    torchrun --nproc_per_node 2 -m txl_dist.evaluate ...    (rows split over the ranks)
     python -m txl_dist.evaluate ...
 
 Every token but the first is scored exactly once, with the config's evaluation lengths (the
@@ -10,6 +12,9 @@ paper's: eval_tgt_len, eval_mem_len, eval_clamp_len, eval_same_length) unless ov
 memory, so the perplexity depends on --batch-size; with the training run's eval rows and --dtype
 (see the export's README.md) it reproduces the engine's evaluation. A text file is tokenized as
 WikiText: whitespace-split lines, each followed by <eos>, unknown words as the unknown token.
+
+A sweep (--sweep-mem-len or --sweep-clamp-len) scores every length in one run, reading the
+data once, and reports each model's effective context and, for several --model, their RECL.
 """
 
 from __future__ import annotations
@@ -22,14 +27,26 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from data_pipeline.errors import DataError
 from data_pipeline.shards import load_manifest, manifest_url
 from data_pipeline.streams import IGNORE_INDEX, Geometry, TokenStreams
 from data_pipeline.vocab import EOS, Vocab
+from txl_dist.context import RECL_THRESHOLD, write_csv
+from txl_dist.engine.dist import World, init_distributed, world_from_env
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.export import DTYPES, VOCAB_FILE
 from txl_dist.model import TransformerXL
+from txl_dist.sweep import (
+    SweepResult,
+    check_lengths,
+    run_sweep,
+    table,
+    to_json,
+)
+
+ONE_PROCESS = World(rank=0, world_size=1, local_rank=0)
 
 DEFAULT_ROWS = 10  # the reference eval.py's batch size
 
@@ -55,13 +72,18 @@ class EvalReport:
 
 
 class TextBatches:
-    """Evaluation batches of token ids in memory, cut exactly as TokenStreams(tail=True) cuts."""
+    """Evaluation batches of token ids in memory, cut exactly as TokenStreams(tail=True) cuts.
 
-    def __init__(self, ids: np.ndarray, rows: int, tgt_len: int):
+    `rows` is the global row count; this rank gets its share, as a TokenStreams rank does.
+    """
+
+    def __init__(self, ids: np.ndarray, rows: int, tgt_len: int, world: World = ONE_PROCESS):
         if len(ids) < 2:
             raise DataError("the text has fewer than 2 tokens: nothing to score")
         self.ids = np.asarray(ids, dtype=np.int64)
         self.geometry = Geometry.of(len(ids), rows, tgt_len, tail=True)
+        share = rows // world.world_size
+        self.mine = range(world.rank * share, (world.rank + 1) * share)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -69,12 +91,12 @@ class TextBatches:
 
     def __iter__(self):
         g = self.geometry
-        rows = torch.zeros(g.global_rows, g.row_stride + 1, dtype=torch.int64)
-        valid = torch.tensor([g.inputs_in_row(r) for r in range(g.global_rows)])
-        for r, n in enumerate(valid.tolist()):
+        rows = torch.zeros(len(self.mine), g.row_stride + 1, dtype=torch.int64)
+        valid = torch.tensor([g.inputs_in_row(r) for r in self.mine])
+        for i, (r, n) in enumerate(zip(self.mine, valid.tolist())):
             if n:  # n inputs need n + 1 tokens; the rest of the row is padding
                 start = r * g.row_stride
-                rows[r, : n + 1] = torch.from_numpy(self.ids[start : start + n + 1])
+                rows[i, : n + 1] = torch.from_numpy(self.ids[start : start + n + 1])
         targets = rows[:, 1:].clone()
         targets[torch.arange(g.row_stride)[None, :] >= valid[:, None]] = IGNORE_INDEX
         for step in range(g.steps):
@@ -98,25 +120,27 @@ def text_ids(path: str, vocab: Vocab) -> tuple[np.ndarray, int]:
     return ids, unknown
 
 
-def data_batches(
-    url: str, vocab: Vocab | None, model: TransformerXL, rows: int, tgt_len: int
-) -> TokenStreams:
-    """Tail streams over a prepared split, checked against the model's vocabulary."""
+def check_data_vocab(url: str, vocab: Vocab | None, model_dir: str) -> None:
+    """Refuse a split prepared with another vocabulary than the model's vocab.txt."""
     manifest = load_manifest(url)
     if vocab is not None and manifest.vocab_sha256 != vocab.sha256:
         raise DataError(
             f"{url} was prepared with another vocabulary (sha256 {manifest.vocab_sha256[:12]}) "
-            f"than the model's vocab.txt ({vocab.sha256[:12]}); prepare it with --vocab"
+            f"than {model_dir}'s vocab.txt ({vocab.sha256[:12]}); prepare it with --vocab"
         )
-    return TokenStreams(
-        url, rows_per_rank=rows, tgt_len=tgt_len, tail=True,
-        expected_vocab_size=model.config.n_token,
-    )  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="txl-eval", description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="directory written by txl-export")
+    p = argparse.ArgumentParser(
+        prog="txl-eval",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=SWEEP_HELP,
+    )
+    p.add_argument(
+        "--model", required=True, action="append",
+        help="directory written by txl-export (repeat it to sweep a group of models)",
+    )  # fmt: skip
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", help="prepared dataset root (or a split's manifest.json URL)")
     source.add_argument("--text", help="raw text file in words, scored over all its tokens")
@@ -127,28 +151,102 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--clamp-len", type=int, help="relative distance clamp (default: eval_clamp_len)"
     )
     p.add_argument("--same-length", choices=("true", "false"), help="default: eval_same_length")
-    p.add_argument("--batch-size", type=int, default=DEFAULT_ROWS, help="rows scored in parallel")
+    p.add_argument(
+        "--batch-size", type=int, default=DEFAULT_ROWS,
+        help="rows scored in parallel, over all ranks",
+    )  # fmt: skip
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="compute dtype")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    sweep = p.add_mutually_exclusive_group()
+    sweep.add_argument("--sweep-mem-len", type=_lengths, metavar="L1,L2,...", help="sweep mem_len")
+    sweep.add_argument(
+        "--sweep-clamp-len", type=_lengths, metavar="L1,L2,...", help="sweep clamp_len"
+    )
+    p.add_argument(
+        "--threshold", type=float, default=RECL_THRESHOLD,
+        help="sweep: effective-context and RECL threshold (default 0.01)",
+    )  # fmt: skip
+    p.add_argument(
+        "--recl-r", type=_fractions, default=[0.1, 0.5, 1.0], metavar="R1,R2,...",
+        help="sweep of several models: RECL's fractions of hardest tokens (default 0.1,0.5,1.0)",
+    )  # fmt: skip
+    p.add_argument("--out", help="sweep: also write the rows to this CSV file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
+    args.lengths = args.sweep_mem_len or args.sweep_clamp_len
+    args.sweep = "mem_len" if args.sweep_mem_len else "clamp_len" if args.lengths else None
     if args.batch_size < 1:
         p.error("--batch-size must be at least 1")
+    if args.sweep is None and (len(args.model) > 1 or args.out):
+        p.error("several --model and --out need a sweep: add --sweep-mem-len or --sweep-clamp-len")
+    if len(set(args.model)) < len(args.model):
+        p.error("give each --model once")
+    if not 0 < args.threshold < 1:
+        p.error(f"--threshold must be in (0, 1), got {args.threshold}")
     return args
 
 
-def load_model(args: argparse.Namespace) -> TransformerXL:
+SWEEP_HELP = """\
+sweeps:
+  --sweep-mem-len 0,32,64,128 scores the split at each memory length (the other lengths as
+  above); --sweep-clamp-len=-1,16,... does the same for clamp_len (-1: no clamp; write it with
+  "=" as it starts with a dash). The data is read once.
+  Output: a table (--json: rows of mem_len, clamp_len, attn_len, loss, ppl, tokens), --out CSV.
+  attn_len is the most tokens a prediction is conditioned on: mem_len with same_length,
+  mem_len + tgt_len without. The swept context is attn_len for a memory sweep and clamp_len
+  (-1 counting as attn_len) for a clamp sweep.
+
+  effective context (each model): the shortest swept context whose loss is at most
+  (1 + --threshold) times the loss at the longest swept context.
+
+  RECL (several --model, a group): Dai et al. 2019's relative effective context length
+  (section 4.3, appendix C). With b(c, t) the smallest loss any model of the group has on token
+  t at context c, and T the fraction r of tokens with the largest b(c, t), a model's relative
+  loss is f(c, c') = mean over T of min(b(c, t), loss(c', t)) and its gain
+  g(c, c') = 1 - exp(f(c, c') - f(c, c)). Starting at the shortest context c and taking c' as
+  the next swept one, RECL is the first c with g(c, c') < --threshold (">=" when the gain
+  never fell below it). Sweep evenly spaced contexts, as the paper steps c by a fixed delta.
+  Every model must score the same tokens: same --tgt-len and contexts (same_length).
+"""
+
+
+def _lengths(text: str) -> list[int]:
+    try:
+        lengths = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        lengths = []
+    if not lengths or lengths[0] < -1:
+        raise argparse.ArgumentTypeError(
+            f"need comma-separated lengths >= 0 (clamp: -1 for none), got {text!r}"
+        )
+    return lengths
+
+
+def _fractions(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(0 < v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"need fractions in (0, 1], got {text!r}")
+    return values
+
+
+def load_model(path: str, args: argparse.Namespace, device: torch.device) -> TransformerXL:
     """The exported model in eval mode with the evaluation lengths, overrides applied."""
-    model = TransformerXL.from_pretrained(args.model, map_location=args.device)
+    model = TransformerXL.from_pretrained(path, map_location=device)
     ev = model.config.for_eval()
     same_length = None if args.same_length is None else args.same_length == "true"
-    model.set_lengths(
+    lengths = (
         _first(args.tgt_len, ev.tgt_len),
         _first(args.mem_len, ev.mem_len),
         _first(args.clamp_len, ev.clamp_len),
         _first(same_length, ev.same_length),
     )
+    if args.sweep is None:  # a sweep checks each of its lengths
+        check_lengths(lengths[1], lengths[3])
+    model.set_lengths(*lengths)
     return model.to(DTYPES[args.dtype]).eval()
 
 
@@ -156,44 +254,97 @@ def _first(value, default):
     return default if value is None else value
 
 
-def run(args: argparse.Namespace) -> EvalReport:
-    model = load_model(args)
-    vocab = load_vocab(args.model)
+def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
+    """(source name, this rank's evaluation batches, unknown words of --text) of --text or --data.
+
+    Every --model's vocabulary is checked against the data's.
+    """
+    if args.batch_size % world.world_size:
+        raise ValueError(
+            f"--batch-size {args.batch_size} must be a multiple of the {world.world_size} ranks"
+        )
+    tgt_len, rows = model.config.tgt_len, args.batch_size
+    if args.text:
+        vocab = load_vocab(args.model[0])
+        if vocab is None:
+            raise DataError(f"{args.model[0]} has no {VOCAB_FILE}: --text needs the vocabulary")
+        ids, unknown = text_ids(args.text, vocab)
+        return args.text, TextBatches(ids, rows, tgt_len, world), unknown
+    url = args.data if args.data.endswith(".json") else manifest_url(args.data, args.split)
+    for path in args.model:
+        check_data_vocab(url, load_vocab(path), path)
+    streams = TokenStreams(
+        url, rows_per_rank=rows // world.world_size, tgt_len=tgt_len, rank=world.rank,
+        world_size=world.world_size, tail=True, expected_vocab_size=model.config.n_token,
+    )  # fmt: skip
+    return url, streams, None
+
+
+def run(args: argparse.Namespace, world: World, device: torch.device) -> EvalReport:
+    model = load_model(args.model[0], args, device)
     cfg = model.config
     settings = dict(
         tgt_len=cfg.tgt_len, mem_len=cfg.mem_len, clamp_len=cfg.clamp_len,
         same_length=cfg.same_length, batch_size=args.batch_size, dtype=args.dtype,
     )  # fmt: skip
-    if args.text:
-        if vocab is None:
-            raise DataError(f"{args.model} has no {VOCAB_FILE}: --text needs the vocabulary")
-        ids, settings["unknown_words"] = text_ids(args.text, vocab)
-        source, batches = args.text, TextBatches(ids, args.batch_size, cfg.tgt_len)
-    else:
-        source = args.data if args.data.endswith(".json") else manifest_url(args.data, args.split)
-        batches = data_batches(source, vocab, model, args.batch_size, cfg.tgt_len)
-    result = evaluate(model, batches, torch.device(args.device), progress=not args.no_progress)
+    source, batches, unknown = batches_for(args, model, world)
+    if unknown is not None:
+        settings["unknown_words"] = unknown
+    progress = world.is_main and not args.no_progress
+    result = evaluate(model, batches, device, progress=progress)
     return EvalReport(
         source, result.loss, result.ppl, result.tokens,
         result.tokens / max(result.seconds, 1e-9), result.seconds, settings,
     )  # fmt: skip
 
 
+def sweep(args: argparse.Namespace, world: World, device: torch.device) -> SweepResult:
+    first = load_model(args.model[0], args, device)
+    _, batches, _ = batches_for(args, first, world)  # segments of the first model's tgt_len
+    loaded = {args.model[0]: first}  # the others are loaded one at a time, in their turn
+
+    def load(path: str) -> TransformerXL:
+        return loaded.pop(path) if path in loaded else load_model(path, args, device)
+
+    return run_sweep(
+        load, args.model, batches, device, args.sweep, args.lengths, args.threshold,
+        args.recl_r, progress=world.is_main and not args.no_progress,
+    )  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    world = world_from_env()
+    device = torch.device(args.device)
+    if world.world_size > 1:
+        device = init_distributed(world)
     try:
-        report = run(args)
+        if args.sweep:
+            output = sweep(args, world, device)
+            if world.is_main and args.out:
+                write_csv(output.rows, args.out)
+        else:
+            output = run(args, world, device)
     except (DataError, FileNotFoundError, ValueError) as err:
         print(f"txl-eval: error: {err}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(asdict(report)))
-    else:
-        print(
-            f"{report.source}: loss {report.loss:.4f}  ppl {report.ppl:.3f}  "
-            f"({report.tokens} tokens, {report.tokens_per_s:,.0f} tokens/s)"
-        )
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    if world.is_main:
+        print(render(output, args.json))
     return 0
+
+
+def render(output: EvalReport | SweepResult, as_json: bool) -> str:
+    if isinstance(output, SweepResult):
+        return json.dumps(to_json(output)) if as_json else table(output)
+    if as_json:
+        return json.dumps(asdict(output))
+    return (
+        f"{output.source}: loss {output.loss:.4f}  ppl {output.ppl:.3f}  "
+        f"({output.tokens} tokens, {output.tokens_per_s:,.0f} tokens/s)"
+    )
 
 
 if __name__ == "__main__":

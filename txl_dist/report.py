@@ -1,11 +1,14 @@
-"""txl-report: a PNG of a run's metrics.jsonl, for users without wandb.
+"""txl-report: a PNG of a run's metrics.jsonl, or of txl-eval sweeps, for users without wandb.
 
-    txl-report RUN_DIR [--out FILE]        (default RUN_DIR/report.png)
-    python -m txl_dist.report RUN_DIR
+    txl-report RUN_DIR [--out FILE]                  (default RUN_DIR/report.png)
+    txl-report --sweep FILE.csv [FILE.csv ...] [--out FILE]   (default FILE.png beside the first)
+    python -m txl_dist.report ...
 
-Four panels against the step: training loss, evaluation perplexity (one line per split),
-learning rate and training tokens/s. Needs matplotlib: pip install 'txl-dist[plot]'.
-A resumed run may log a step again; the later record wins.
+A run: four panels against the step: training loss, evaluation perplexity (one line per split),
+learning rate and training tokens/s. A resumed run may log a step again; the later record wins.
+Sweeps (`txl-eval --sweep-mem-len ... --out FILE.csv`): perplexity against the swept context
+(attention length, or clamp length), one line per model, each model's effective context marked.
+Needs matplotlib: pip install 'txl-dist[plot]'.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+
+from txl_dist.context import RECL_THRESHOLD, SweepRow, effective_context, read_csv
 
 METRICS_FILE = "metrics.jsonl"
 REPORT_FILE = "report.png"
@@ -94,22 +99,94 @@ def plot(metrics: RunMetrics, out: str, title: str) -> None:
     plt.close(fig)
 
 
+def sweep_curves(paths: list[str]) -> dict[str, list[SweepRow]]:
+    """Rows of the sweep CSVs by model, each ordered by context (a model in two files: both)."""
+    curves: dict[str, list[SweepRow]] = {}
+    for path in paths:
+        by_model: dict[str, list[SweepRow]] = {}
+        for row in read_csv(path):
+            by_model.setdefault(row.model, []).append(row)
+        for model, rows in by_model.items():
+            label = model if model not in curves else f"{model} ({os.path.basename(path)})"
+            curves[label] = sorted(rows, key=lambda r: r.context)
+    swept = {r.swept for rows in curves.values() for r in rows}
+    if len(swept) > 1:
+        raise ValueError(f"{paths} mix sweeps of {sorted(swept)}: plot one kind at a time")
+    if not curves:
+        raise ValueError(f"{paths} hold no rows")
+    return curves
+
+
+def plot_sweep(curves: dict[str, list[SweepRow]], out: str, threshold: float) -> dict:
+    """Draw the curves; return what the axes hold, {label: (x, y)}, read back from matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, rows in curves.items():
+        x, y = [r.context for r in rows], [r.ppl for r in rows]
+        (line,) = ax.plot(x, y, marker="o", label=label)
+        effective = effective_context(x, [r.loss for r in rows], threshold)
+        ax.scatter(  # a marker, not a line: the axes keep one line per model
+            [effective], [y[x.index(effective)]], s=140, facecolors="none",
+            edgecolors=line.get_color(), zorder=3,
+        )  # fmt: skip
+    swept = next(iter(curves.values()))[0].swept
+    ax.set_xlabel("attention length (tokens)" if swept == "mem_len" else "clamp length (tokens)")
+    ax.set_ylabel("perplexity")
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)  # flat curves: no "+1.05e3"
+    ax.set_title(f"perplexity by context (circled: effective context, loss within {threshold:.0%})")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    drawn = {
+        line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+        for line in ax.get_lines()
+    }
+    plt.close(fig)
+    return drawn
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="txl-report", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", help="run directory holding metrics.jsonl")
+    parser.add_argument("run_dir", nargs="?", help="run directory holding metrics.jsonl")
+    parser.add_argument("--sweep", nargs="+", metavar="CSV", help="txl-eval sweep CSV files")
+    parser.add_argument(
+        "--threshold", type=float, default=RECL_THRESHOLD,
+        help="--sweep: effective-context threshold, as txl-eval's (default 0.01)",
+    )  # fmt: skip
     parser.add_argument("--out", help=f"PNG to write (default RUN_DIR/{REPORT_FILE})")
     args = parser.parse_args(argv)
-    path = os.path.join(args.run_dir, METRICS_FILE)
-    if not os.path.exists(path):
-        print(f"txl-report: error: {path} not found: pass a run directory", file=sys.stderr)
-        return 1
+    if (args.run_dir is None) == (args.sweep is None):
+        parser.error("pass a run directory or --sweep FILE.csv ..., not both")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         print("txl-report: error: needs matplotlib: pip install 'txl-dist[plot]'", file=sys.stderr)
         return 1
+    if args.sweep:
+        return _report_sweep(args.sweep, args.out, args.threshold)
+    path = os.path.join(args.run_dir, METRICS_FILE)
+    if not os.path.exists(path):
+        print(f"txl-report: error: {path} not found: pass a run directory", file=sys.stderr)
+        return 1
     out = args.out or os.path.join(args.run_dir, REPORT_FILE)
     plot(read_metrics(path), out, os.path.basename(os.path.abspath(args.run_dir)))
+    print(f"wrote {out}")
+    return 0
+
+
+def _report_sweep(paths: list[str], out: str | None, threshold: float) -> int:
+    try:
+        curves = sweep_curves(paths)
+    except (OSError, ValueError) as err:
+        print(f"txl-report: error: {err}", file=sys.stderr)
+        return 1
+    out = out or os.path.splitext(paths[0])[0] + ".png"
+    plot_sweep(curves, out, threshold)
     print(f"wrote {out}")
     return 0
 
