@@ -57,7 +57,8 @@ def test_zero_stages_give_the_same_losses_as_stage_0(zero_runs):
 
 def test_zero_stages_1_to_3_agree_tightly(zero_runs):
     # Stages 1-3 keep fp32 gradient partitions and reduce the same bf16 gradients: the first
-    # step's gradient norm and the first 20 losses agree to 1e-3 (measured: MEASURED).
+    # step's gradient norm and the first 20 losses agree to 1e-3 (measured: stages 1 and 2
+    # bit for bit; stage 3 within 2.5e-8 for the gradient norm and 7.1e-5 for the losses).
     logged = {
         stage: {r["step"]: r for r in records(zero_runs[stage]) if "split" not in r}
         for stage in (1, 2, 3)
