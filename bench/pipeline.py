@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from data_pipeline.corpora import usable_end
 REPO = Path(__file__).resolve().parents[1]
 RANGE_SERVER = REPO / "tests" / "data_pipeline" / "range_server.py"
 sys.path.insert(0, str(RANGE_SERVER.parent))
-from conftest import free_port, wait_for_port  # noqa: E402
+from range_server import start as start_range_server  # noqa: E402
 
 
 def build_corpus(shared: Path, target_mb: int, out_dir: Path) -> Path:
@@ -88,14 +87,10 @@ def main() -> None:
         )
         print(f"stream local: {local / 1e6:.1f}M tokens/s per rank "
               f"({args.rows} rows x {args.tgt_len})")  # fmt: skip
-        port = free_port()
-        server = subprocess.Popen(
-            [sys.executable, str(RANGE_SERVER), str(tmp / "out"), str(port), "/dev/null"]
-        )
+        server, url = start_range_server(str(tmp / "out"), "/dev/null")
         try:
-            wait_for_port(port, server)
             remote = time_stream(
-                manifest_url(f"http://127.0.0.1:{port}", "train"),
+                manifest_url(url, "train"),
                 args.rows,
                 args.tgt_len,
                 args.batches,

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from data_pipeline import prepare
+from data_pipeline import load_manifest, manifest_url, prepare
 from data_pipeline.streams import IGNORE_INDEX
-from data_pipeline.vocab import Vocab
+from data_pipeline.vocab import EOS, Vocab
 from txl_dist.context import SweepRow, effective_context, read_csv, recl
 from txl_dist.engine.dist import World
 from txl_dist.evaluate import TextBatches, main, text_ids
 from txl_dist.model import TransformerXL, TXLConfig
+from txl_dist.model.attention import sinusoid_encoding
 
 WORDS = [f"w{i}" for i in range(60)]
 
@@ -71,7 +72,8 @@ def test_raw_text_scores_like_its_prepared_split(capsys, corpus, model_dir, rows
     text = txl_eval(
         capsys, "--model", model_dir, "--text", corpus / "src" / "valid.txt", "--batch-size", rows
     )
-    assert text["tokens"] == data["tokens"]  # every token but the first, once
+    split_tokens = load_manifest(manifest_url(str(corpus / "data"), "valid")).tokens
+    assert data["tokens"] == text["tokens"] == split_tokens - 1  # all but the first, once
     assert text["loss"] == data["loss"]
     assert text["settings"]["unknown_words"] > 0
     assert data["ppl"] == pytest.approx(torch.tensor(data["loss"]).exp().item())
@@ -208,3 +210,73 @@ def test_text_batches_split_their_rows_over_ranks():
     for step, (inputs, targets) in enumerate(whole):
         assert torch.equal(torch.cat([ranks[0][step][0], ranks[1][step][0]]), inputs)
         assert torch.equal(torch.cat([ranks[0][step][1], ranks[1][step][1]]), targets)
+
+
+# ---- the evaluation lengths act on the loss as the attention math says ----
+
+PERIOD = 6  # a line of 5 words and <eos>: token t + 1 repeats token t + 1 - PERIOD
+LAG = PERIOD - 1  # so the next token is the key LAG positions back
+
+
+def copy_model(n_token: int) -> TransformerXL:
+    """One layer whose only attention is to the key LAG back; it outputs that token.
+
+    Content scores are zero (no query or key weights), the position score of distance d is
+    200 * sum_k cos((d - LAG) f_k) over the sinusoid frequencies, so attention is one-hot on
+    d = LAG when the query sees that key; the value is the key's one-hot embedding, scaled so
+    that it outweighs the residual, and the tied output layer reads it back as logits.
+    """
+    d = 16
+    config = TXLConfig(
+        n_token=n_token, n_layer=1, n_head=1, d_model=d, d_head=d, d_inner=8, dropout=0.0,
+        tgt_len=4, mem_len=8,
+    )  # fmt: skip
+    model = TransformerXL(config)
+    weights = {name: torch.zeros_like(w) for name, w in model.state_dict().items()}
+    eye = torch.eye(d)
+    layer = "layers.0."
+    weights["word_emb.emb_layers.0.weight"] = weights["crit.out_layers.0.weight"] = (
+        3 * eye[:n_token]
+    )
+    weights[layer + "dec_attn.qkv_net.weight"] = torch.cat([0 * eye, 0 * eye, eye])
+    weights[layer + "dec_attn.o_net.weight"] = 10 * eye
+    weights["r_r_bias"] = eye[:1]
+    weights[layer + "dec_attn.r_net.weight"][0] = 200 * sinusoid_encoding(torch.tensor([LAG]), d)[0]
+    for norm in ("dec_attn.layer_norm.weight", "pos_ff.layer_norm.weight"):
+        weights[layer + norm] = torch.ones(d)
+    model.load_state_dict(weights)
+    return model
+
+
+@pytest.fixture(scope="module")
+def periodic(tmp_path_factory):
+    """(model dir, text file): blocks of one random line repeated, and the copy model."""
+    words = WORDS[:8]
+    root = tmp_path_factory.mktemp("periodic")
+    vocab = Vocab([*words, EOS])
+    copy_model(len(vocab)).save_pretrained(root / "model")  # a new directory: exports are atomic
+    vocab.save(str(root / "model" / "vocab.txt"))
+    rng = random.Random(0)
+    lines = [" ".join(rng.choices(words, k=LAG)) for _ in range(6)]
+    (root / "text.txt").write_text("".join(f"{line}\n" * 6 for line in lines))
+    return root / "model", root / "text.txt"
+
+
+def test_same_length_and_clamp_len_change_the_loss_as_the_math_says(capsys, periodic):
+    model, text = periodic
+    source = ["--model", model, "--text", text, "--batch-size", 1, "--tgt-len", 4]
+
+    def loss(*options) -> float:
+        return txl_eval(capsys, *source, *options)["loss"]
+
+    # Every query sees the key LAG back unless same_length caps it at mem_len keys (itself
+    # included): with mem_len = LAG the farthest key is LAG - 1 back and the copy fails.
+    full = loss("--mem-len", LAG, "--same-length", "false")
+    assert loss("--mem-len", LAG, "--same-length", "true") > full + 5
+    assert loss("--mem-len", LAG + 1, "--same-length", "true") == pytest.approx(full, abs=1e-4)
+    # Clamping below LAG makes distance LAG look like every longer one; clamping above the
+    # longest distance (memory + segment) changes nothing.
+    unclamped = loss("--mem-len", 8, "--clamp-len", -1)
+    assert unclamped == pytest.approx(full, abs=1e-4)
+    assert loss("--mem-len", 8, "--clamp-len", 2) > unclamped + 5
+    assert loss("--mem-len", 8, "--clamp-len", 12) == unclamped

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from txl_dist.engine.checkpoint import CheckpointState
 from txl_dist.export import ExportError, main, open_checkpoint
 
 
@@ -28,5 +29,9 @@ def test_a_checkpoint_with_a_broken_run_config_is_a_clear_error(tmp_path):
     tag = tmp_path / "checkpoints" / "global_step3"
     tag.mkdir(parents=True)
     (tag / "txl.json").write_text(json.dumps({"step": 3, "config": {"model": {}}}))
+    with pytest.raises(ExportError, match="txl.json lacks global_rows.*not a txl-dist checkpoint"):
+        open_checkpoint(str(tag))
+    state = CheckpointState(3, {}, 1, 8, 8, {"model": {"n_layer": "four"}}, 10, "ab" * 32)
+    (tag / "txl.json").write_text(state.to_json())
     with pytest.raises(ExportError, match="bad run config in txl.json"):
         open_checkpoint(str(tag))

@@ -35,6 +35,7 @@ from txl_dist.config import ConfigError, RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint import (
     CLIENT_FILE,
     LATEST,
+    CheckpointStateError,
     ResumePoint,
     UnsafeCheckpointError,
     find_resume_point,
@@ -69,7 +70,7 @@ class Checkpoint:
 
     @property
     def step(self) -> int:
-        return self.point.client["step"]
+        return self.point.client.step
 
     @property
     def run_dir(self) -> str:
@@ -89,11 +90,11 @@ def open_checkpoint(path: str) -> Checkpoint:
         )
     try:
         point = find_resume_point(path, out_dir=path)
-    except (FileNotFoundError, UnsafeCheckpointError) as err:  # gone, incomplete or refused
+    except (FileNotFoundError, CheckpointStateError, UnsafeCheckpointError) as err:
         raise ExportError(str(err)) from err
     try:
-        config = run_config_from_dict(point.client["config"])
-    except (KeyError, ConfigError) as err:
+        config = run_config_from_dict(point.client.config)
+    except ConfigError as err:
         raise ExportError(
             f"{point.directory}/{point.tag}: bad run config in txl.json: {err}"
         ) from err
@@ -182,7 +183,7 @@ def load_vocab(ckpt: Checkpoint, path: str | None, storage_options: dict | None 
             f"vocabulary {redact_text(url)} of the run's data.path not found "
             f"({redact_text(str(err))}); pass --vocab FILE (and --storage-option KEY=VALUE)"
         ) from err
-    expected = ckpt.point.client.get("vocab_sha256")
+    expected = ckpt.point.client.vocab_sha256
     if vocab.sha256 != expected or len(vocab) != ckpt.config.model.n_token:
         raise ExportError(
             f"vocabulary {redact_text(url)} ({len(vocab)} tokens, sha256 {vocab.sha256[:12]}) is "
@@ -245,13 +246,13 @@ def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
         [
             "# Transformer-XL exported by txl-export",
             "",
-            f"- checkpoint: `{os.path.abspath(ckpt.path)}` (run {client.get('run_id')}), "
+            f"- checkpoint: `{os.path.abspath(ckpt.path)}` (run {client.run_id}), "
             f"step {ckpt.step} of {cfg.train.max_steps}",
-            f"- training: ZeRO stage {cfg.zero_stage} on {client['world_size']} ranks, "
+            f"- training: ZeRO stage {cfg.zero_stage} on {client.world_size} ranks, "
             f"{precision}, {cfg.train.global_rows} global rows x tgt_len {cfg.model.tgt_len}, "
             f"mem_len {cfg.model.mem_len}, optimizer {cfg.optim.name} (lr {cfg.optim.lr})",
             f"- data: {cfg.data.dataset} at `{data_path}`, vocabulary of {cfg.model.n_token} "
-            f"tokens (sha256 {client.get('vocab_sha256')})",
+            f"tokens (sha256 {client.vocab_sha256})",
             f"- weights: {weights}, {dtype} (from the fp32 master weights)",
             "",
             f"## Evaluation by the training engine at step {ckpt.step}",

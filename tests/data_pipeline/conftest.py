@@ -9,7 +9,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,8 @@ import webdataset as wds
 
 from data_pipeline import prepare
 from data_pipeline.vocab import Vocab
+
+from . import range_server
 
 HERE = Path(__file__).parent
 # Small samples and shards so that even the test files span several of each.
@@ -54,25 +55,15 @@ def decoded_split(root: Path, split: str) -> tuple[list[str], list[np.ndarray]]:
     return vocab.decode(tokens), [s["lengths.npy"] for s in samples]
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
+@pytest.fixture
+def refused_url():
+    """An http URL on a loopback port that is bound but never listens: connections are refused.
+
+    The socket stays bound for the test, so no other process can start listening there.
+    """
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
-    """Block until something accepts on the port (or fail if the process died)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on port {port} after {timeout} s")
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 @pytest.fixture(scope="session")
@@ -108,18 +99,8 @@ class RangeServer:
     """A range-capable HTTP server subprocess on loopback, and the requests it saw."""
 
     def __init__(self, directory: Path, log: Path):
-        self.port, self.log = free_port(), log
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(HERE / "range_server.py"),
-                str(directory),
-                str(self.port),
-                str(log),
-            ]
-        )
-        wait_for_port(self.port, self.proc)
+        self.log = log
+        self.proc, self.url = range_server.start(directory, log)
 
     def requests(self) -> list[str]:
         """Logged ``METHOD PATH RANGE`` lines."""
@@ -146,16 +127,19 @@ def http_server(tmp_path):
 
 @pytest.fixture(scope="session")
 def s3_endpoint():
-    """A moto S3 server on loopback (started and stopped by PID); yields its endpoint URL."""
-    port = free_port()
-    exe = Path(sys.executable).with_name("moto_server")
+    """A moto S3 server on loopback (started and stopped by PID); yields its endpoint URL.
+
+    S3 support is an optional extra (s3fs), so only these tests skip without it.
+    """
+    pytest.importorskip("s3fs", reason="S3 is the optional extra s3: pip install -e '.[dev]'")
+    pytest.importorskip("moto", reason="the S3 tests need moto[server]: pip install -e '.[dev]'")
     proc = subprocess.Popen(
-        [str(exe), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        [sys.executable, str(HERE / "s3_server.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # a log line per request
+        text=True,
         env={**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"},
     )
-    wait_for_port(port, proc)
-    yield f"http://127.0.0.1:{port}"
+    yield f"http://127.0.0.1:{range_server.reported_port(proc)}"
     proc.terminate()
     proc.wait(timeout=10)

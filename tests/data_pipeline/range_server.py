@@ -1,15 +1,18 @@
 """A static HTTP server with Range support (stdlib's SimpleHTTPRequestHandler ignores Range).
 
-    python range_server.py DIRECTORY PORT LOGFILE
+    python range_server.py DIRECTORY LOGFILE
 
-Serves DIRECTORY on 127.0.0.1:PORT; appends ``METHOD PATH RANGE`` per request to LOGFILE so
-tests can check that readers really asked for byte ranges. Used by the tests and the benchmark.
+Serves DIRECTORY on a free 127.0.0.1 port, which it prints on the first line of stdout once it
+listens (the server binds port 0 itself, so no other process can take the port in between);
+appends ``METHOD PATH RANGE`` per request to LOGFILE so tests can check that readers really
+asked for byte ranges. Used by the tests and the benchmark: `start(directory, log)`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from functools import partial
 from http import HTTPStatus
@@ -62,10 +65,28 @@ class RangeHandler(SimpleHTTPRequestHandler):
         pass
 
 
+def start(directory: str, log_path: str) -> tuple[subprocess.Popen, str]:
+    """Run this server in a subprocess; returns it and its base URL once it listens."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, str(directory), str(log_path)], stdout=subprocess.PIPE, text=True
+    )
+    return proc, f"http://127.0.0.1:{reported_port(proc)}"
+
+
+def reported_port(proc: subprocess.Popen) -> int:
+    """The port a server subprocess printed on its first stdout line after it bound it."""
+    line = proc.stdout.readline()
+    if not line.strip().isdigit():
+        proc.kill()
+        raise RuntimeError(f"server exited ({proc.wait()}) without reporting its port: {line!r}")
+    return int(line)
+
+
 def main() -> None:
-    directory, port, log_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    directory, log_path = sys.argv[1], sys.argv[2]
     RangeHandler.log_path = log_path
-    server = ThreadingHTTPServer(("127.0.0.1", port), partial(RangeHandler, directory=directory))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(RangeHandler, directory=directory))
+    print(server.server_address[1], flush=True)  # listening already: clients can connect
     server.serve_forever()
 
 

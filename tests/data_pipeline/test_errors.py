@@ -21,8 +21,6 @@ from data_pipeline import (
 )
 from data_pipeline.prepare import main
 
-from .conftest import free_port
-
 
 def read_epoch(root) -> None:
     """Stream one whole epoch of the valid split (2 ranks' worth of rows on one rank)."""
@@ -82,8 +80,8 @@ def test_model_vocab_size_mismatch(wt103):
         TokenStreams(manifest_url(str(wt103), "valid"), 2, 10, expected_vocab_size=10)
 
 
-def test_unreachable_url():
-    url = f"http://127.0.0.1:{free_port()}/data/valid/manifest.json"
+def test_unreachable_url(refused_url):
+    url = f"{refused_url}/data/valid/manifest.json"
     with pytest.raises(SourceUnreachableError, match=f"cannot read manifest {url}"):
         TokenStreams(url, 2, 10)
 

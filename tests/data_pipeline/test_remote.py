@@ -7,14 +7,12 @@ import os
 import subprocess
 import sys
 
-import pytest
+import fsspec
 import torch
 
 from data_pipeline import TokenStreams, load_manifest, manifest_url, prepare, verify
 
 from .conftest import SMALL
-
-s3fs = pytest.importorskip("s3fs")
 
 
 def first_batches(url: str, **kw) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -42,7 +40,7 @@ def test_s3_prepare_stream_and_verify(wt103, shared_data, s3_endpoint, monkeypat
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
     options = {"endpoint_url": s3_endpoint, "key": "x", "secret": "x"}
-    fs = s3fs.S3FileSystem(**options)
+    fs = fsspec.filesystem("s3", **options)
     fs.mkdir("txl-test")
     root = "s3://txl-test/wt103"
     prepare("wikitext-103", root, str(shared_data / "wikitext-103"), out_options=options, **SMALL)
@@ -59,7 +57,7 @@ def test_cli_writes_to_s3_configured_by_environment(shared_data, s3_endpoint):
         "AWS_SECRET_ACCESS_KEY": "x",
         "AWS_ENDPOINT_URL": s3_endpoint,
     }
-    s3fs.S3FileSystem(endpoint_url=s3_endpoint, key="x", secret="x").mkdir("txl-cli")
+    fsspec.filesystem("s3", endpoint_url=s3_endpoint, key="x", secret="x").mkdir("txl-cli")
     source = shared_data / "wikitext-2" / "test.txt"
     for args in (
         ["--dataset", "wikitext-2", "--source", str(source), "--out", "s3://txl-cli/wt2"],

@@ -1,11 +1,23 @@
-"""Checkpoint bookkeeping that needs no process group: resume lookup, pruning, memory rows."""
+"""Checkpoint bookkeeping that needs no process group: state file, resume lookup, pruning, rows."""
 
+import dataclasses
 import json
 
 import pytest
 import torch
 
+from txl_dist.config import ConfigError
 from txl_dist.engine import checkpoint
+from txl_dist.engine.checkpoint import CheckpointState, CheckpointStateError
+
+
+def state(step=10, world_size=2, **changes) -> CheckpointState:
+    values = dict(
+        step=step, stream={"epoch": 0, "step": step}, world_size=world_size, global_rows=8,
+        rows_per_rank=8 // world_size, config={"train": {"seed": 1}}, vocab_size=100,
+        vocab_sha256="ab" * 32, run_id="r1", requeues=2, slurm_job_id="77",
+    )  # fmt: skip
+    return CheckpointState(**{**values, **changes})
 
 
 def fake_checkpoint(directory, step, world_size, rows_per_rank, complete=True):
@@ -20,9 +32,7 @@ def fake_checkpoint(directory, step, world_size, rows_per_rank, complete=True):
             tag / f"memory_rank{rank}.pt",
         )
     if complete:
-        (tag / checkpoint.CLIENT_FILE).write_text(
-            json.dumps({"step": step, "world_size": world_size})
-        )
+        (tag / checkpoint.CLIENT_FILE).write_text(state(step, world_size).to_json())
         (directory / checkpoint.LATEST).write_text(tag.name)
 
 
@@ -30,7 +40,7 @@ def test_resume_auto_finds_latest_and_nothing_when_fresh(tmp_path):
     assert checkpoint.find_resume_point("auto", str(tmp_path)) is None
     fake_checkpoint(tmp_path / "checkpoints", 10, 2, 4)
     point = checkpoint.find_resume_point("auto", str(tmp_path))
-    assert point.tag == "global_step10" and point.client["step"] == 10
+    assert point.tag == "global_step10" and point.client == state(10, 2)
     explicit = checkpoint.find_resume_point(str(tmp_path / "checkpoints/global_step10"), "unused")
     assert explicit.tag == "global_step10"
     with pytest.raises(FileNotFoundError, match="neither a checkpoint"):
@@ -61,3 +71,38 @@ def test_memories_follow_global_rows_across_world_sizes(tmp_path, new_world):
             1000.0 + r for r in range(first, first + rows_per_rank)
         ]
         assert (rng is not None) == (new_world == 2)
+
+
+def test_state_round_trips_and_reads_version_0_files(tmp_path):
+    saved = state()
+    assert CheckpointState.from_json(saved.to_json(), "txl.json") == saved
+    # What txl-dist wrote before the state had a version: DeepSpeed's key, no run id yet.
+    old = dataclasses.asdict(saved)
+    del old["version"], old["run_id"], old["requeues"], old["slurm_job_id"]
+    old["universal_checkpoint_info"] = {"universal_checkpoint_version": 0.2}
+    read = CheckpointState.from_json(json.dumps(old), "txl.json")
+    assert read == dataclasses.replace(saved, run_id=None, requeues=0, slurm_job_id=None, version=0)
+
+
+def test_states_it_cannot_read_are_clear_errors():
+    newer = json.dumps({**dataclasses.asdict(state()), "version": checkpoint.STATE_VERSION + 1})
+    with pytest.raises(CheckpointStateError, match="a/txl.json has checkpoint version .*upgrade"):
+        CheckpointState.from_json(newer, "a/txl.json")
+    with pytest.raises(CheckpointStateError, match="a/txl.json lacks global_rows, rows_per_rank"):
+        CheckpointState.from_json(
+            json.dumps({"step": 3, "world_size": 1, "config": {}}), "a/txl.json"
+        )
+
+
+def test_which_checkpoints_can_resume_this_run(tmp_path):
+    point = checkpoint.ResumePoint(str(tmp_path), "global_step10", state(world_size=2))
+    checkpoint.check_resumable(point, global_rows=8, vocab_sha256="ab" * 32)
+    with pytest.raises(ConfigError, match="train.global_rows=8, this run has 16"):
+        checkpoint.check_resumable(point, global_rows=16, vocab_sha256="ab" * 32)
+    with pytest.raises(ConfigError, match="vocabulary sha256 abababababab, data.path has cdcdcd"):
+        checkpoint.check_resumable(point, global_rows=8, vocab_sha256="cd" * 32)
+    # Another world size loads ZeRO's partitioned optimizer only through the universal format.
+    assert not checkpoint.needs_universal(None, world_size=1, zero_stage=2)
+    assert not checkpoint.needs_universal(point, world_size=2, zero_stage=3)
+    assert not checkpoint.needs_universal(point, world_size=1, zero_stage=0)
+    assert checkpoint.needs_universal(point, world_size=1, zero_stage=1)

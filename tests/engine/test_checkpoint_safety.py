@@ -1,6 +1,5 @@
 """Received checkpoints cannot run code: every pickle is checked before anything unpickles it."""
 
-import json
 import os
 
 import pytest
@@ -28,7 +27,11 @@ def write_checkpoint(directory, payload=None, **save_kwargs):
     if payload is not None:
         state["extra"] = payload
     torch.save(state, tag / "memory_rank0.pt", **save_kwargs)
-    (tag / checkpoint.CLIENT_FILE).write_text(json.dumps({"step": 3, "world_size": 1}))
+    state = checkpoint.CheckpointState(
+        step=3, stream={}, world_size=1, global_rows=2, rows_per_rank=2, config={},
+        vocab_size=10, vocab_sha256="0" * 64,
+    )  # fmt: skip
+    (tag / checkpoint.CLIENT_FILE).write_text(state.to_json())
     (directory / checkpoint.LATEST).write_text(tag.name)
     return tag
 

@@ -1,8 +1,6 @@
 """StopRequest: all ranks agree on stopping and on whether train.max_wallclock caused it."""
 
-import os
 import signal
-import socket
 
 import pytest
 import torch
@@ -52,9 +50,9 @@ def test_no_stop_before_the_deadline():
     assert not stop.agreed(CPU) and not stop.wallclock
 
 
-def _rank(rank: int, port: int, case: str, results) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def _rank(rank: int, rendezvous: str, case: str, results) -> None:
+    # A file rendezvous: no TCP port to pick, so none another process could take first.
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
     # Only rank 1 passes its deadline; in "signal" rank 0 got a signal too.
     stop = StopRequest(max_wallclock=1e-9 if rank == 1 else 3600)
     if case == "signal" and rank == 0:
@@ -63,18 +61,12 @@ def _rank(rank: int, port: int, case: str, results) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_ranks_agree_on_the_reason():
+def test_ranks_agree_on_the_reason(tmp_path):
     manager = mp.Manager()
     for case, wallclock in (("deadline", True), ("signal", False)):
         results = manager.dict()
-        port = _free_port()
-        mp.spawn(_rank, args=(port, case, results), nprocs=2)
+        rendezvous = tmp_path / f"rendezvous-{case}"
+        mp.spawn(_rank, args=(str(rendezvous), case, results), nprocs=2)
         assert [results[r][:2] for r in (0, 1)] == [(True, wallclock)] * 2
     assert results[0][2] == "SIGTERM received"
     assert results[1][2] == "a stop signal on another rank"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from tests.conftest import REPO_ROOT
 
 DEEPSPEED = str(Path(sys.executable).parent / "deepspeed")
 PRETRAIN = str(REPO_ROOT / "launch" / "pretrain.py")
+# launch/pretrain.py that also saves the engine's optimizer state when it starts and ends
+PRETRAIN_DUMPING = str(Path(__file__).with_name("pretrain_dumping.py"))
 STEPS = 30  # training steps of each ZeRO-stage run
 K = 6  # steps before the interruption in the resume tests
 
@@ -34,28 +37,41 @@ TEST_SETTINGS = [
 ]
 
 
-def command(out_dir: Path, data: Path, nprocs: int, overrides: list[str], resume: str | None):
+def command(
+    out_dir: Path,
+    data: Path,
+    nprocs: int,
+    overrides: list[str],
+    resume: str | None,
+    script: str = PRETRAIN,
+):
     settings = [f"data.path={data}", f"train.out_dir={out_dir}", *TEST_SETTINGS, *overrides]
     args = ["--config", str(REPO_ROOT / "configs" / "tiny.json")]
     args += [arg for setting in settings for arg in ("--set", setting)]
     if resume:
         args += ["--resume", resume]
     if nprocs == 1:
-        return [sys.executable, PRETRAIN, *args]
+        return [sys.executable, script, *args]
     port = str(free_port())
-    return [DEEPSPEED, "--num_gpus", str(nprocs), "--master_port", port, PRETRAIN, *args]
+    return [DEEPSPEED, "--num_gpus", str(nprocs), "--master_port", port, script, *args]
 
 
 def train(
-    out_dir, data, nprocs=2, overrides=(), resume=None, timeout=300
+    out_dir, data, nprocs=2, overrides=(), resume=None, timeout=300, script=PRETRAIN, env=None
 ) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        command(out_dir, data, nprocs, list(overrides), resume),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO_ROOT,
-    )
+    for _ in range(3):
+        proc = subprocess.run(
+            command(out_dir, data, nprocs, list(overrides), resume, script),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=REPO_ROOT,
+            env={**os.environ, **(env or {})},
+        )
+        # The launcher cannot bind port 0 for its ranks: another process may take the free port
+        # we picked before rank 0 binds it. Then nothing has started yet; pick another.
+        if "EADDRINUSE" not in proc.stderr + proc.stdout:
+            break
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 

@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from data_pipeline import load_manifest, manifest_url
 from tests.integration.runs import STEPS, records
 from txl_dist import evaluate
 from txl_dist.export import ExportError, export
@@ -66,12 +67,26 @@ def test_zero_1_and_2_consolidate_to_the_same_weights(exports):
         torch.testing.assert_close(one[name], two[name], rtol=0, atol=0)
 
 
+def test_zero_3_consolidates_to_stage_2_weights_up_to_bf16_reduction_order(exports):
+    # Stage 3 reduces the same bf16 gradients in another order (losses agree to 7e-5). Adam
+    # divides each update by the gradient's own magnitude, so elements whose gradient is near
+    # zero move by up to lr per step in either direction: after 30 steps single elements differ
+    # by up to 1.1e-2, but every tensor stays within 1.0e-2 of stage 2's in relative norm
+    # (measured), while a mis-assembled partition would be off by order 1.
+    two, three = (load_file(exports[s] / "model.safetensors") for s in (2, 3))
+    assert two.keys() == three.keys()
+    for name, weight in two.items():
+        distance = (three[name] - weight).norm() / weight.norm()
+        assert distance < 2e-2, (name, distance)
+
+
 # Stage 1 is left out to save CI time: it consolidates to stage 2's weights bit for bit (above).
 @pytest.mark.parametrize("stage", [0, 2, 3])
 def test_exported_model_gives_the_engines_valid_ppl(capsys, wikitext, zero_runs, exports, stage):
     engine = engine_eval(zero_runs[stage])
     ours = txl_eval(capsys, exports[stage], wikitext, "--dtype", "bf16")
-    assert ours["tokens"] == engine["tokens"]
+    split_tokens = load_manifest(manifest_url(str(wikitext), "valid")).tokens
+    assert ours["tokens"] == engine["tokens"] == split_tokens - 1  # all but the first, once
     assert ours["ppl"] == pytest.approx(engine["ppl"], rel=1e-4)
     readme = (exports[stage] / "README.md").read_text()
     assert f"step {STEPS}" in readme and f"ppl {engine['ppl']:.3f}" in readme

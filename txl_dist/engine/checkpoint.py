@@ -2,7 +2,7 @@
 
 Layout of `{out_dir}/checkpoints/`:
     global_step{N}/            DeepSpeed's model / optimizer files for step N
-    global_step{N}/txl.json    step, data stream state, config, vocab, world size (rank 0)
+    global_step{N}/txl.json    CheckpointState: step, stream position, config, vocab, world size
     global_step{N}/memory_rank{r}.pt   rank r's memories (with their first global row) and RNG
     latest                     the newest complete tag, replaced atomically after every rank wrote
 
@@ -12,6 +12,7 @@ the previous checkpoint as latest; the partial directory is removed by the next 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -27,11 +28,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from txl_dist.config import ConfigError
 from txl_dist.engine.memory import MemoryBank
 
 LATEST = "latest"
 CLIENT_FILE = "txl.json"
 TAG_PATTERN = re.compile(r"^global_step(\d+)$")
+STATE_VERSION = 1  # of CheckpointState; files without a version are version 0
+# DeepSpeed's ds_to_universal refuses checkpoints whose client state lacks this.
+UNIVERSAL_INFO = {"universal_checkpoint_info": {"universal_checkpoint_version": 0.2}}
 # Earlier torch releases have known bypasses of the weights_only unpickler (CVE-2025-32434
 # before 2.6; CVE-2026-24747, memory corruption, before 2.10).
 MIN_SAFE_TORCH = (2, 10)
@@ -55,6 +60,62 @@ def tag_for(step: int) -> str:
     return f"global_step{step}"
 
 
+class CheckpointStateError(ValueError):
+    """txl.json cannot be read as a checkpoint state; the message names the file."""
+
+
+@dataclass
+class CheckpointState:
+    """What txl.json holds next to DeepSpeed's files: where the run is and what it trained on."""
+
+    step: int
+    """Optimizer steps done."""
+    stream: dict[str, Any]
+    """TokenStreams.state_dict() of the training stream: where the next batch starts."""
+    world_size: int
+    """Ranks that saved it; another world size loads the optimizer via the universal format."""
+    global_rows: int
+    """Stream rows per step over all ranks; a resume must keep them."""
+    rows_per_rank: int
+    """Rows per rank: memory_rank{r}.pt holds rows r * rows_per_rank onwards."""
+    config: dict[str, Any]
+    """The run config, RunConfig.to_dict()."""
+    vocab_size: int
+    """Vocabulary size of the training data."""
+    vocab_sha256: str
+    """sha256 of the training data's vocabulary."""
+    run_id: str | None = None
+    """Run id (wandb's too), kept across resumes; version 0 files may lack it."""
+    requeues: int = 0
+    """How many times the run was resumed before this checkpoint."""
+    slurm_job_id: str | None = None
+    """The SLURM job that saved it, if any."""
+    version: int = STATE_VERSION
+    """Layout version of this record."""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str, source: str) -> CheckpointState:
+        """Parse txl.json (any version up to ours; `source` names it in errors)."""
+        values = json.loads(text)
+        version = values.setdefault("version", 0)
+        if version > STATE_VERSION:
+            raise CheckpointStateError(
+                f"{source} has checkpoint version {version}, newer than this txl-dist reads "
+                f"({STATE_VERSION}): upgrade txl-dist"
+            )
+        # Version 0 had the same fields plus DeepSpeed's universal_checkpoint_info.
+        names = {f.name for f in dataclasses.fields(cls)}
+        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+        if missing := sorted(required - values.keys()):
+            raise CheckpointStateError(
+                f"{source} lacks {', '.join(missing)}: not a txl-dist checkpoint"
+            )
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
 @dataclass
 class ResumePoint:
     """A complete checkpoint to resume from."""
@@ -63,8 +124,8 @@ class ResumePoint:
     """The checkpoints directory."""
     tag: str
     """Tag inside it, e.g. global_step200."""
-    client: dict[str, Any]
-    """What txl.json holds: step, stream state, world size, ..."""
+    client: CheckpointState
+    """What txl.json holds."""
 
 
 def find_resume_point(resume: str | None, out_dir: str) -> ResumePoint | None:
@@ -91,7 +152,29 @@ def find_resume_point(resume: str | None, out_dir: str) -> ResumePoint | None:
         raise FileNotFoundError(f"{client_path} missing: checkpoint {tag} is incomplete")
     check_pickles(os.path.join(directory, tag))  # before DeepSpeed or we unpickle anything
     with open(client_path) as f:
-        return ResumePoint(directory, tag, json.load(f))
+        return ResumePoint(directory, tag, CheckpointState.from_json(f.read(), client_path))
+
+
+def needs_universal(point: ResumePoint | None, world_size: int, zero_stage: int) -> bool:
+    """A ZeRO checkpoint from another world size loads only via DeepSpeed's universal format."""
+    return point is not None and point.client.world_size != world_size and zero_stage > 0
+
+
+def check_resumable(point: ResumePoint, global_rows: int, vocab_sha256: str) -> None:
+    """Raise ConfigError if the checkpoint cannot continue a run with these rows and data."""
+    saved = point.client
+    if saved.global_rows != global_rows:
+        raise ConfigError(
+            f"checkpoint {point.tag} was trained with train.global_rows={saved.global_rows}, "
+            f"this run has {global_rows}; the stream position and memories only continue with "
+            "the same global rows"
+        )
+    if saved.vocab_sha256 != vocab_sha256:
+        raise ConfigError(
+            f"checkpoint {point.tag} was trained on data with vocabulary sha256 "
+            f"{saved.vocab_sha256[:12]}, data.path has {vocab_sha256[:12]}: resume on the data "
+            "it was trained on (or prepare this data with that vocabulary, --vocab)"
+        )
 
 
 def _read_latest(directory: str) -> str:
@@ -180,16 +263,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save(
     engine,
     directory: str,
-    step: int,
-    client: dict[str, Any],
+    state: CheckpointState,
     memory: MemoryBank,
     first_row: int,
     keep_last: int,
 ) -> str:
-    """Write a complete checkpoint for `step` from every rank; returns its tag."""
-    tag = tag_for(step)
+    """Write a complete checkpoint for `state.step` from every rank; returns its tag."""
+    tag = tag_for(state.step)
     rank = dist.get_rank()
-    client = {**client, "universal_checkpoint_info": {"universal_checkpoint_version": 0.2}}
+    client = {**dataclasses.asdict(state), **UNIVERSAL_INFO}
     engine.save_checkpoint(directory, tag=tag, client_state=client, save_latest=False)
     torch.save(
         {"first_row": first_row, "memory": memory.rows_state(), "rng": rng_state()},
@@ -197,7 +279,7 @@ def save(
     )
     dist.barrier()  # every rank's files are on disk before anything points at them
     if rank == 0:
-        _write_atomic(os.path.join(directory, tag, CLIENT_FILE), json.dumps(client, indent=1))
+        _write_atomic(os.path.join(directory, tag, CLIENT_FILE), state.to_json())
         _write_atomic(os.path.join(directory, LATEST), tag)
         prune(directory, keep_last)
     dist.barrier()
@@ -239,7 +321,7 @@ def load_memories(
     """
     start, stop = rank * rows_per_rank, (rank + 1) * rows_per_rank
     pieces, rng = [], None
-    saved_world = point.client["world_size"]
+    saved_world = point.client.world_size
     for saved_rank in range(saved_world):
         path = os.path.join(point.directory, point.tag, f"memory_rank{saved_rank}.pt")
         saved = load_trusted(path)

@@ -178,32 +178,24 @@ class Trainer:
         )
 
     def _needs_universal(self) -> bool:
-        """A ZeRO checkpoint from another world size loads only via DeepSpeed's universal format."""
-        point = self.resume_point
-        return (
-            point is not None
-            and point.client["world_size"] != self.world.world_size
-            and self.config.zero_stage > 0
+        return checkpoint.needs_universal(
+            self.resume_point, self.world.world_size, self.config.zero_stage
         )
 
     def _resume(self, universal: bool) -> None:
         point = self.resume_point
         client = point.client
-        if client["global_rows"] != self.config.train.global_rows:
-            raise ConfigError(
-                f"checkpoint {point.tag} was trained with "
-                f"train.global_rows={client['global_rows']}, "
-                f"this run has {self.config.train.global_rows}; the stream position and memories "
-                "only continue with the same global rows"
-            )
+        checkpoint.check_resumable(
+            point, self.config.train.global_rows, self.streams.manifest.vocab_sha256
+        )
         tag = checkpoint.convert_to_universal(point) if universal else point.tag
         load_path, _ = self.engine.load_checkpoint(point.directory, tag=tag)
         if load_path is None:
             raise RuntimeError(f"DeepSpeed could not load checkpoint {point.directory}/{tag}")
-        self.step = client["step"]
-        self.streams.load_state_dict(client["stream"])
-        self.run_id = client.get("run_id", self.run_id)
-        self.requeues = client.get("requeues", 0) + 1
+        self.step = client.step
+        self.streams.load_state_dict(client.stream)
+        self.run_id = client.run_id or self.run_id
+        self.requeues = client.requeues + 1
         rows, rng = checkpoint.load_memories(point, self.rows_per_rank, self.world.rank)
         self.memory.load_rows(rows, self.device)
         if rng is not None:
@@ -212,11 +204,11 @@ class Trainer:
             torch.manual_seed(self.config.train.seed * 1000 + self.world.rank + self.step)
         if self.world.is_main:
             note = "optimizer via universal checkpoint" if universal else "exact"
-            if client["world_size"] != self.world.world_size:
+            if client.world_size != self.world.world_size:
                 note += "; dropout RNG re-seeded for the new world size"
             print(
                 f"[txl-dist] resumed {point.tag} at step {self.step} (saved on "
-                f"{client['world_size']} ranks, now {self.world.world_size}; {note})",
+                f"{client.world_size} ranks, now {self.world.world_size}; {note})",
                 flush=True,
             )
 
@@ -380,7 +372,7 @@ class Trainer:
         return result
 
     def _save(self) -> None:
-        client = dict(
+        state = checkpoint.CheckpointState(
             step=self.step,
             stream=self.streams.state_dict(),
             world_size=self.world.world_size,
@@ -396,8 +388,7 @@ class Trainer:
         tag = checkpoint.save(
             self.engine,
             self.ckpt_dir,
-            self.step,
-            client,
+            state,
             self.memory,
             first_row=self.world.rank * self.rows_per_rank,
             keep_last=self.config.train.keep_last,
