@@ -5,6 +5,7 @@ to the main process, whose memory so never depends on how much text passes throu
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -74,8 +75,10 @@ def oov_mask(words: list[str], table: np.ndarray, voc: Vocab) -> np.ndarray:
     """True for words the vocabulary maps to its unknown token but that are not that token."""
     if voc.unk is None:
         return np.zeros(len(words), bool)
-    unk_id = voc.index[voc.unk]
-    return (table == unk_id) & np.array([w != voc.unk for w in words], dtype=bool)
+    mask = table == voc.index[voc.unk]
+    with contextlib.suppress(ValueError):  # words are distinct: the unknown token once at most
+        mask[words.index(voc.unk)] = False
+    return mask
 
 
 def run_pieces(
@@ -84,6 +87,8 @@ def run_pieces(
 ) -> Iterator:  # fmt: skip
     """``fn(kind, piece, storage_options)`` for every piece, results in order; at most 2 pieces
     per worker in flight, so memory is bounded whatever the number of pieces."""
+    if vocab is not None:
+        vocab.table.build()  # before the fork: every worker inherits it
     if workers <= 1:
         set_vocab(vocab)
         try:

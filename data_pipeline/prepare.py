@@ -169,6 +169,7 @@ class Job:
         self.files = corpora.split_files(dataset, root, source_options)
         self.fs, self.out_path = fsspec.core.url_to_fs(self.out, **out_options)
         self.records = Records(self.fs, self.out_path)
+        self.voc: Vocab | None = None  # once found or built
         identity = file_identity(vocab, source_options) if vocab else None
         spec = {"min_count": self.min_count, "vocab": identity, "unit_bytes": options.unit_bytes}
         self.fingerprints = {s: self.fingerprint(s, spec) for s in self.files}
@@ -229,6 +230,11 @@ class Job:
 
     def vocabulary(self) -> Vocab | None:
         """The vocabulary to encode with, or None while it still has to be built."""
+        if self.voc is None:
+            self.voc = self.find_vocabulary()
+        return self.voc
+
+    def find_vocabulary(self) -> Vocab | None:
         if self.vocab_file:
             return Vocab.load(self.vocab_file, self.source_options)
         if not self.fs.exists(f"{self.out_path}/{VOCAB_FILE}"):
@@ -265,7 +271,7 @@ class Job:
                 f"{self.out}: {describe(missing)} not counted yet; run the parts that hold "
                 f"them (txl-prepare ... --part I/N) again, then --merge"
             )
-        voc = Vocab.build(counts.words(), counts.counts, self.specials, self.min_count)
+        voc = self.voc = Vocab.build(counts.words(), counts.counts, self.specials, self.min_count)
         self.save_vocab(voc)
         self.records.write(
             "vocab", None, {"fingerprint": self.vocab_fingerprint, "sha256": voc.sha256}
