@@ -4,9 +4,8 @@
 one dict lookup per token, kept as the fallback) but costs a few array passes and one sort:
 
 1. word boundaries from a whitespace table over the bytes;
-2. an exact 128-bit key per word: its first 16 bytes, zero-padded (words hold no NUL except the
-   corpus readers' line mark, which is the 1-byte word ``\\0``, so padding never makes two words
-   equal); longer words get a serial number from a small dict instead;
+2. an exact key per word: its length and first 16 bytes, zero-padded; longer words get a serial
+   number from a small dict instead;
 3. a 64-bit mix of the key, whose top bits sorted together with the word's position group equal
    words, each group starting at its first appearance;
 4. a check that every group holds one key (a hash collision falls back to the dict: exact).
@@ -44,16 +43,18 @@ def split_ids(text: bytes) -> tuple[list[bytes], np.ndarray]:
     if not 0 < len(starts) < 1 << POS_BITS:
         return first_appearance_ids(text.split())
     k0, k1 = word_keys(text, a, starts, ends)
+    lengths = (ends - starts).astype(np.uint64)  # with the padded bytes, exact even with NULs
     n = len(starts)
-    mixed = mix(k0, k1)
+    mixed = mix(k0, k1 ^ lengths)
     low = np.uint64((1 << POS_BITS) - 1)
     keyed = np.sort(mixed & ~low | np.arange(n, dtype=np.uint64))  # hash's top bits, position
     pos = (keyed & low).astype(np.int64)
     new = np.empty(n, bool)
     new[0] = True
     np.not_equal(keyed[1:] & ~low, keyed[:-1] & ~low, out=new[1:])
-    s0, s1 = k0[pos], k1[pos]
-    if ((s0[1:] != s0[:-1]) | (s1[1:] != s1[:-1]))[~new[1:]].any():  # a hash collision
+    s0, s1, sl = k0[pos], k1[pos], lengths[pos]
+    differ = (s0[1:] != s0[:-1]) | (s1[1:] != s1[:-1]) | (sl[1:] != sl[:-1])
+    if differ[~new[1:]].any():  # a hash collision
         return first_appearance_ids(text.split())
     group = np.cumsum(new) - 1
     first = pos[new]  # sorted by hash; each group's first position

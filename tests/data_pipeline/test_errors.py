@@ -51,7 +51,9 @@ def test_missing_shard(wt103_copy):
 def test_truncated_shard(wt103_copy):
     path, offset, _ = shard_and_sample(wt103_copy)
     path.write_bytes(path.read_bytes()[: offset + 100])
-    with pytest.raises(ShardTruncatedError, match=r"valid-00000-000001\.tar: sample \d+ is truncated"):
+    with pytest.raises(
+        ShardTruncatedError, match=r"valid-00000-000001\.tar: sample \d+ is truncated"
+    ):
         read_epoch(wt103_copy)
     with pytest.raises(ShardTruncatedError, match=r"valid-00000-000001\.tar"):
         verify(str(wt103_copy))
@@ -64,7 +66,9 @@ def test_corrupted_sample_and_sha256_mismatch(wt103_copy, capsys):
     path.write_bytes(bytes(data))
     with pytest.raises(ShardCorruptError, match=r"valid-00000-000001\.tar: sample 2 is corrupt"):
         read_epoch(wt103_copy)
-    with pytest.raises(ChecksumError, match=r"valid-00000-000001\.tar: sha256 .* first bad sample.*2"):
+    with pytest.raises(
+        ChecksumError, match=r"valid-00000-000001\.tar: sha256 .* first bad sample.*2"
+    ):
         verify(str(wt103_copy))
     assert main(["--verify", str(wt103_copy)]) == 1
     assert "valid-00000-000001.tar" in capsys.readouterr().err

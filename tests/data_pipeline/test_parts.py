@@ -15,7 +15,9 @@ UNIT_BYTES = 150_000  # the test files are 0.5-1.3 MB: several units per split
 
 def tree(root: Path) -> dict[str, bytes]:
     """Every file under root (relative path -> bytes)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def cli(source: Path, out: Path, *extra: str) -> list[str]:
@@ -97,5 +99,7 @@ def test_merge_before_counting_names_the_missing_units(shared_data, tmp_path, ca
 @pytest.mark.parametrize("bad", ["0/2", "3/2", "2", "a/b"])
 def test_bad_part_is_a_usage_error(tmp_path, bad, capsys):
     with pytest.raises(SystemExit):
-        main(["--dataset", "lm1b", "--source", str(tmp_path), "--out", str(tmp_path), "--part", bad])
+        main(
+            ["--dataset", "lm1b", "--source", str(tmp_path), "--out", str(tmp_path), "--part", bad]
+        )
     assert "must be I/N" in capsys.readouterr().err
