@@ -477,7 +477,8 @@ def encode_range(
         if data and not data.endswith(b"\n"):
             data += b"\n"  # the final line of a file without a trailing newline
         chunk = ENCODERS[kind](data) if data.strip() else EncodedChunk.empty()
-        chunk.words = [w.decode("utf-8") for w in chunk.words]
+        # One decode for all words (a space never occurs inside one, nor joins two bad halves).
+        chunk.words = b" ".join(chunk.words).decode("utf-8").split(" ") if chunk.words else []
     except UnicodeDecodeError as err:
         raise CorpusFormatError(f"{url}: bytes {first}-{last} are not UTF-8 text: {err}") from err
     chunk.source_bytes = stop - start

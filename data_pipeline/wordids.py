@@ -17,7 +17,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 SPACE = np.zeros(256, bool)
 SPACE[list(b" \t\n\r\x0b\x0c")] = True  # what bytes.split() splits on
@@ -74,9 +73,9 @@ def word_keys(
     """Exact (first 8 bytes, next 8 bytes) keys of words; serial numbers for longer words."""
     lengths = ends - starts
     padded = np.concatenate([a, np.zeros(16, np.uint8)])
-    windows = as_strided(padded, shape=(len(a), 16), strides=(1, 1))[starts].view("<u8")
-    k0 = windows[:, 0] & LOW_BYTES[np.minimum(lengths, 8)]
-    k1 = windows[:, 1] & LOW_BYTES[np.clip(lengths - 8, 0, 8)]
+    at = np.ndarray((len(a) + 8,), "<u8", padded.data, strides=(1,))  # 8 bytes from any offset
+    k0 = at[starts] & LOW_BYTES[np.minimum(lengths, 8)]
+    k1 = at[starts + 8] & LOW_BYTES[np.clip(lengths - 8, 0, 8)]
     long = np.flatnonzero(lengths > 16)
     if len(long):
         serial: dict[bytes, int] = {}
