@@ -1,12 +1,14 @@
 """How txl-prepare scales with the corpus: tokens/s and peak resident memory per process.
 
-    python bench/prepare_scale.py [--sizes 50 200 800] [--workers 2] [--keep DIR]
+    python bench/prepare_scale.py [--sizes 50 200 800] [--workers 2] [--modes vocab build]
+                                  [--corpora DIR]
 
 For each size (millions of prepared tokens, ``<S>`` markers included) it generates an
 lm1b-shaped corpus (below), then runs ``txl-prepare --dataset lm1b`` on it twice, with the
 corpus's ``--vocab`` file and building the vocabulary, each as a separate process tree whose
-resident memory is sampled every 50 ms: it prints wall time, tokens/s, and the peak RSS of the
-main process, of the largest worker, and of all of them together.
+resident memory is sampled every 50 ms: it prints wall time, tokens/s, CPU time per token (all
+processes; on a shared machine 2e9 / that is what 2 free cores would do), and the peak RSS of
+the main process, of the largest worker, and of all of them together.
 
 The corpus (seeded; the same arguments give the same bytes): 100 training files
 ``news.en-000NN-of-00100`` and a held-out file ``news.en.heldout-00000-of-00050`` (1/100 of the
@@ -20,8 +22,9 @@ types (the size of lm1b's ``1b_word_vocab.txt``), ``word count`` per line.
 from __future__ import annotations
 
 import argparse
-import os
 import re
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -120,9 +123,10 @@ class Peaks:
     """Of all of them together at one moment."""
 
 
-def run_sampled(cmd: list[str], interval: float = 0.05) -> tuple[float, Peaks, str]:
-    """(seconds, memory peaks, stdout) of a command, its process tree sampled every interval."""
-    start = time.perf_counter()
+def run_sampled(cmd: list[str], interval: float = 0.05) -> tuple[float, float, Peaks, str]:
+    """(seconds, CPU seconds of all its processes, memory peaks, output) of a command; its
+    process tree is sampled every ``interval``."""
+    start, cpu = time.perf_counter(), children_cpu()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     root, peaks = psutil.Process(proc.pid), Peaks()
     while proc.poll() is None:
@@ -136,43 +140,54 @@ def run_sampled(cmd: list[str], interval: float = 0.05) -> tuple[float, Peaks, s
         peaks.total = max(peaks.total, main + sum(workers))
         time.sleep(interval)
     out = proc.stdout.read()
-    if proc.wait() != 0:
+    if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out}")
-    return time.perf_counter() - start, peaks, out
+    return time.perf_counter() - start, children_cpu() - cpu, peaks, out
+
+
+def children_cpu() -> float:
+    """User + system seconds of every finished descendant (workers count via their parent)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 800], help="M tokens")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--keep", type=Path, help="generate corpora here and keep them")
     p.add_argument("--modes", nargs="+", default=["vocab", "build"], choices=["vocab", "build"])
+    p.add_argument("--corpora", type=Path, help="keep generated corpora here (reused if there)")
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(dir=args.keep) as tmp:
-        gb = 1 << 30
-        print("| corpus | --vocab | wall s | tokens/s | main RSS | largest worker | all |")
-        print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        corpora = args.corpora or Path(tmp)
+        print("| corpus | --vocab | wall s | tokens/s | CPU ns/token | main RSS | largest worker "
+              "| all processes |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|")
         for size in args.sizes:
-            src, out = Path(tmp) / f"src{size}", Path(tmp) / f"out{size}"
-            make_corpus(src, size * 1_000_000)
+            src = corpora / f"lm1b-{size}M"
+            if not (src / ".done").exists():
+                make_corpus(src, size * 1_000_000)
+                (src / ".done").touch()
             for mode in args.modes:
-                cmd = [sys.executable, "-m", "data_pipeline.prepare", "--dataset", "lm1b",
-                       "--source", str(src), "--out", str(out / mode), "--no-progress",
-                       "--workers", str(args.workers)]  # fmt: skip
-                if mode == "vocab":
-                    cmd += ["--vocab", str(src / "1b_word_vocab.txt")]
-                seconds, peaks, out_text = run_sampled(cmd)
-                tokens = sum(int(n) for n in re.findall(r"^\w+: (\d+) tokens", out_text, re.M))
-                print(
-                    f"| {tokens / 1e6:.0f}M tokens | {'yes' if mode == 'vocab' else 'no'} | "
-                    f"{seconds:.1f} | {tokens / seconds / 1e6:.2f}M | {peaks.main / gb:.2f} GB | "
-                    f"{peaks.worker / gb:.2f} GB | {peaks.total / gb:.2f} GB |",
-                    flush=True,
-                )
-                subprocess.run(["rm", "-rf", str(out / mode)], check=True)
-            subprocess.run(["rm", "-rf", str(src)], check=True)
+                print(measure(src, Path(tmp) / "out", mode, args.workers), flush=True)
+                shutil.rmtree(Path(tmp) / "out")
+
+
+def measure(src: Path, out: Path, mode: str, workers: int) -> str:
+    """One txl-prepare run as a table row."""
+    cmd = [sys.executable, "-m", "data_pipeline.prepare", "--dataset", "lm1b", "--source",
+           str(src), "--out", str(out), "--no-progress", "--workers", str(workers)]  # fmt: skip
+    if mode == "vocab":
+        cmd += ["--vocab", str(src / "1b_word_vocab.txt")]
+    seconds, cpu, peaks, text = run_sampled(cmd)
+    tokens = sum(int(n) for n in re.findall(r"^\w+: (\d+) tokens", text, re.M))
+    gb = 1 << 30
+    return (
+        f"| {tokens / 1e6:.0f}M tokens | {'yes' if mode == 'vocab' else 'no'} | {seconds:.0f} | "
+        f"{tokens / seconds / 1e6:.2f}M | {cpu / tokens * 1e9:.0f} | {peaks.main / gb:.2f} GB | "
+        f"{peaks.worker / gb:.2f} GB | {peaks.total / gb:.2f} GB |"
+    )
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONHASHSEED", "0")
     main()

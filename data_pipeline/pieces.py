@@ -23,8 +23,8 @@ Piece = tuple[str, int, int, int]  # (file URL, start, stop, usable end of the f
 class PieceCounts:
     """How often each word of a piece occurs."""
 
-    words: list[str]
-    """Distinct words in order of first appearance."""
+    words: bytes
+    """Distinct words in order of first appearance, as space-separated UTF-8 text."""
     counts: np.ndarray
     """int64 occurrences of each word."""
     source_bytes: int
@@ -60,7 +60,7 @@ def count_piece(kind: str, piece: Piece, storage_options: dict) -> PieceCounts:
     """Word counts of the documents that start in a piece."""
     chunk = corpora.encode_range(kind, *piece, storage_options)
     counts = np.bincount(chunk.ids, minlength=len(chunk.words)).astype(np.int64)
-    return PieceCounts(chunk.words, counts, chunk.source_bytes)
+    return PieceCounts(" ".join(chunk.words).encode("utf-8"), counts, chunk.source_bytes)
 
 
 def encode_piece(kind: str, piece: Piece, storage_options: dict) -> PieceIds:

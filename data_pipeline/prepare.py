@@ -45,7 +45,6 @@ import logging
 import os
 import posixpath
 import sys
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
@@ -76,6 +75,7 @@ from data_pipeline.units import (
     split_units,
 )
 from data_pipeline.vocab import Vocab
+from data_pipeline.wordids import split_ids
 
 log = logging.getLogger(__name__)
 
@@ -265,13 +265,15 @@ class Job:
             if record is None:
                 missing.append(unit)
             else:
-                counts.add(record["words"], np.asarray(record["counts"], np.int64))
+                text = " ".join(record["words"]).encode("utf-8")
+                counts.add(text, np.asarray(record["counts"], np.int64))
         if missing:
             raise ManifestError(
                 f"{self.out}: {describe(missing)} not counted yet; run the parts that hold "
                 f"them (txl-prepare ... --part I/N) again, then --merge"
             )
-        voc = self.voc = Vocab.build(counts.words(), counts.counts, self.specials, self.min_count)
+        words = counts.words()
+        voc = self.voc = Vocab.build(words, counts.counts, self.specials, self.min_count)
         self.save_vocab(voc)
         self.records.write(
             "vocab", None, {"fingerprint": self.vocab_fingerprint, "sha256": voc.sha256}
@@ -393,28 +395,37 @@ class Job:
 
 
 class WordCounts:
-    """Occurrences per word, words in order of first appearance (memory: one entry per type)."""
+    """Occurrences per word, words in order of first appearance (memory: one entry per type
+    plus a bounded buffer). Words travel as space-separated UTF-8 text; merges are vectorized
+    (wordids.split_ids), each over everything so far, so they wait for MERGE_WORDS new words."""
+
+    MERGE_WORDS = 1 << 22
 
     def __init__(self):
-        self.index: defaultdict[str, int] = defaultdict()
-        self.index.default_factory = self.index.__len__  # a new word gets the next id
-        self.buffer = np.zeros(1024, np.int64)
+        self.text, self.counts = b"", np.zeros(0, np.int64)  # merged: distinct words
+        self.pending: list[tuple[bytes, np.ndarray]] = []
+        self.pending_words = 0
 
-    def add(self, words: list[str], counts: np.ndarray) -> None:
-        """Add the counts of distinct ``words``."""
-        ids = np.fromiter(map(self.index.__getitem__, words), np.int64, len(words))
-        if len(self.index) > len(self.buffer):  # grow geometrically: amortized O(1) per type
-            self.buffer = np.concatenate([self.buffer, np.zeros(len(self.index), np.int64)])
-        self.buffer[ids] += counts
+    def add(self, text: bytes, counts: np.ndarray) -> None:
+        """Add the counts of the distinct words in ``text`` (space-separated)."""
+        self.pending.append((text, counts))
+        self.pending_words += len(counts)
+        if self.pending_words >= self.MERGE_WORDS:
+            self.merge()
 
-    @property
-    def counts(self) -> np.ndarray:
-        """Occurrences of each word of words()."""
-        return self.buffer[: len(self.index)]
+    def merge(self) -> None:
+        if not self.pending:
+            return
+        words, ids = split_ids(b" ".join([self.text, *(t for t, _ in self.pending)]))
+        weights = np.concatenate([self.counts, *(c for _, c in self.pending)])
+        # float64 sums are exact below 2**53 occurrences
+        self.counts = np.bincount(ids, weights, len(words)).astype(np.int64)
+        self.text, self.pending, self.pending_words = b" ".join(words), [], 0
 
     def words(self) -> list[str]:
-        """All words seen, in first-appearance order."""
-        return list(self.index)
+        """All words seen, in first-appearance order (counts: self.counts after this call)."""
+        self.merge()
+        return self.text.decode("utf-8").split(" ") if self.text else []
 
 
 def counted(bar: tqdm, results: Iterator) -> Iterator:
