@@ -15,7 +15,7 @@ from tests.slurm.conftest import wait_for
 SCRIPT = str(REPO_ROOT / "launch" / "slurm" / "prepare.sbatch")
 # Small units and one worker: each part has dozens of units and runs for seconds, long enough
 # to be killed midway.
-LAYOUT = {"unit_bytes": 20_000, "sample_size": 5_000, "shard_size": 20_000}
+LAYOUT = {"unit_bytes": 10_000, "sample_size": 2_500, "shard_size": 10_000}
 
 
 def prepare_args(source: Path, out: Path) -> list[str]:
@@ -28,7 +28,8 @@ def prepare_args(source: Path, out: Path) -> list[str]:
 def part_units(source: Path, part: int) -> list[Unit]:
     """The units of part ``part`` of 2 of the source (as txl-prepare cuts them)."""
     files = corpora.split_files("wikitext-2", str(source))
-    units = [u for s, f in files.items() for u in split_units(s, f, "wikitext", 20_000, {})]
+    size = LAYOUT["unit_bytes"]
+    units = [u for s, f in files.items() for u in split_units(s, f, "wikitext", size, {})]
     return units_of_part(units, part - 1, 2)
 
 
