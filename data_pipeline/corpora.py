@@ -35,7 +35,6 @@ import shutil
 import tarfile
 import tempfile
 import zipfile
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,7 @@ from tqdm import tqdm
 
 from data_pipeline.errors import ChecksumError, CorpusFormatError, SourceUnreachableError
 from data_pipeline.vocab import EOS, SENTENCE, UNK_LM1B, UNK_WIKI
+from data_pipeline.wordids import has_exotic_space, split_ids
 
 log = logging.getLogger(__name__)
 
@@ -473,23 +473,15 @@ def normalized(data: bytes) -> bytes:
     """Bytes whose ASCII-whitespace split per line equals the reference's ``str.split()``."""
     # Rare: CR line ends (the reference reads with universal newlines) or whitespace that only
     # str.split() knows. Replacing the latter by spaces keeps the tokens (they separate words).
-    if b"\r" not in data and not EXOTIC_SPACE.search(data):
+    if b"\r" not in data and not has_exotic_space(data):
         return data
     text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     return EXOTIC_SPACE_TEXT.sub(" ", text).encode("utf-8")
 
 
-def first_appearance_ids(words: list[bytes]) -> tuple[list[bytes], np.ndarray]:
-    """Distinct words in order of first appearance, and each word's index among them."""
-    index: defaultdict[bytes, int] = defaultdict()
-    index.default_factory = index.__len__  # a new word gets the next id, at C speed
-    ids = np.fromiter(map(index.__getitem__, words), dtype=np.int32, count=len(words))
-    return list(index), ids
-
-
 def encode_lines(data: bytes, doc_starts_at_lines: list[int]) -> EncodedChunk:
     """Lines + ``<eos>``; documents start at the given line numbers (0 is implied)."""
-    words, ids = first_appearance_ids(data.replace(b"\n", b" \x00 ").split())
+    words, ids = split_ids(data.replace(b"\n", b" \x00 "))
     if MARK not in words:
         return EncodedChunk(words, ids, np.zeros(0, np.int64), len(data))
     mark_id = words.index(MARK)
@@ -513,7 +505,7 @@ def encode_wikitext(data: bytes) -> EncodedChunk:
 def encode_lm1b(data: bytes) -> EncodedChunk:
     """Each line a sentence document ``<S> w1 ... wn <S>``."""
     marked = b"\x00 " + data[:-1].replace(b"\n", b" \x00 \x00 ") + b" \x00"
-    words, ids = first_appearance_ids(marked.split())
+    words, ids = split_ids(marked)
     mark_id = words.index(MARK)
     marks = np.flatnonzero(ids == mark_id)
     words[mark_id] = SENTENCE.encode()
@@ -557,7 +549,8 @@ def encode_range(
         if data and not data.endswith(b"\n"):
             data += b"\n"  # the final line of a file without a trailing newline
         chunk = ENCODERS[kind](data) if data.strip() else EncodedChunk.empty()
-        chunk.words = [w.decode("utf-8") for w in chunk.words]
+        # One decode for all words (a space never occurs inside one, nor joins two bad halves).
+        chunk.words = b" ".join(chunk.words).decode("utf-8").split(" ") if chunk.words else []
     except UnicodeDecodeError as err:
         raise CorpusFormatError(f"{url}: bytes {first}-{last} are not UTF-8 text: {err}") from err
     chunk.source_bytes = stop - start

@@ -8,6 +8,19 @@ The vocabulary comes from ``--vocab`` or is built from the train split (from eve
 present when there is no train split). Splits missing from the source (e.g. the shared
 WikiText-103 copy has no test file) are simply not prepared.
 
+Steps (units.py): the files of each split are cut into units of ``--unit-bytes``. Without
+``--vocab``, each unit's words are counted first and the vocabulary is built from the counts in
+corpus order; then each unit is encoded into its own shards; then each split's manifest joins
+its units' shards. Memory so depends on workers, piece, shard and vocabulary size only, never
+on the corpus. On a cluster the same steps run as jobs (launch/slurm/prepare.sbatch):
+
+    txl-prepare ... --part I/N     # units of part I of N: count, or (vocabulary ready) encode
+    txl-prepare ... --merge        # build the vocabulary, or (units encoded) write manifests
+
+and give byte-identical output to one process. Building the vocabulary takes two rounds (parts,
+merge, parts, merge); with ``--vocab`` one. A part skips units already done, so a failed part
+is simply run again.
+
 Reruns reuse what is done: a split whose manifest records the same input fingerprint (files,
 sizes, modification times, options) and vocabulary, and whose shards are all present, is kept.
 
@@ -17,40 +30,52 @@ s3fs also honours the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRE
 ``AWS_ENDPOINT_URL``), and fsspec reads ``FSSPEC_S3_ENDPOINT_URL``-style variables at import.
 
 Speed: ``--workers`` processes each read and tokenize ~4 MiB pieces of the files (ends moved to
-document boundaries; bytes split + one C-speed dict lookup per token); the main process only
-merges ids, counted in order of first appearance, and one vectorised remap then gives the
-reference vocabulary order.
+document boundaries) and send back only counts per distinct word, or final int32 ids; the main
+process merges counts or writes shards.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import itertools
 import json
 import logging
-import multiprocessing
 import os
+import posixpath
 import sys
-from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 
 import fsspec
 import numpy as np
 from tqdm import tqdm
 
 from data_pipeline import corpora
-from data_pipeline.corpora import EncodedChunk
-from data_pipeline.errors import DataError
+from data_pipeline.errors import DataError, ManifestError
+from data_pipeline.pieces import count_piece, encode_piece, run_pieces
 from data_pipeline.shards import (
     FORMAT_VERSION,
+    VOCAB_FILE,
     Manifest,
+    ShardInfo,
     ShardSink,
     load_manifest,
     manifest_url,
     verify,
     vocab_url,
 )
+from data_pipeline.units import (
+    DEFAULT_UNIT_BYTES,
+    Records,
+    Unit,
+    parse_part,
+    part_units,
+    split_units,
+)
 from data_pipeline.vocab import Vocab
+from data_pipeline.wordids import split_ids
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +93,7 @@ def prepare(
     vocab: str | None = None,
     shard_size: int = DEFAULT_SHARD_TOKENS,
     sample_size: int = DEFAULT_SAMPLE_TOKENS,
+    unit_bytes: int = DEFAULT_UNIT_BYTES,
     workers: int = 1,
     piece_bytes: int = PIECE_BYTES,
     min_count: int | None = None,
@@ -82,35 +108,21 @@ def prepare(
 
     ``workers`` processes tokenize pieces of ``piece_bytes`` in parallel; shards hold up to
     ``shard_size`` tokens in samples of up to ``sample_size`` tokens (whole documents, so a
-    longer document is a sample of its own). Other arguments are the CLI's options.
+    longer document is a sample of its own) and never span two units of ``unit_bytes`` source
+    bytes. Other arguments are the CLI's options. This is the whole-corpus part followed by the
+    merge (twice when the vocabulary is built: count, build, then encode, write manifests),
+    exactly what ``--part I/N`` jobs and ``--merge`` do on a cluster.
     """
-    kind = corpora.chunk_kind(dataset, text_docs)
-    family = corpora.family(dataset)
-    min_count = corpora.DEFAULT_MIN_COUNT[family] if min_count is None else min_count
-    root = corpora.resolve_source(dataset, source, cache_dir, source_checksum, source_options)
-    files = corpora.split_files(dataset, root, source_options)
     job = Job(
-        dataset, kind, out.rstrip("/"), files, shard_size, sample_size, (workers, piece_bytes),
-        out_options or {}, source_options or {}, progress,
+        dataset, out, source, vocab, min_count, text_docs, source_checksum, cache_dir,
+        out_options or {}, source_options or {},
+        Options(shard_size, sample_size, unit_bytes, workers, piece_bytes, progress),
     )  # fmt: skip
-    options = {"min_count": min_count, "vocab": file_identity(vocab, {}) if vocab else None}
-    fingerprints = {s: job.fingerprint(s, options) for s in files}
-    vocab_splits = ["train"] if "train" in files else list(files)
-    manifests: dict[str, Manifest] = {}
-    if vocab:
-        voc = Vocab.load(vocab, source_options)
-    else:
-        voc, manifests = job.saved_vocab(vocab_splits, fingerprints)
-        if voc is None:
-            voc, manifests = job.build_vocab_and_write(
-                vocab_splits, fingerprints, corpora.SPECIALS[family], min_count
-            )
-    job.save_vocab(voc)
-    for split in files:
-        if split not in manifests:
-            manifests[split] = job.reusable(split, fingerprints[split], voc) or job.write_split(
-                split, fingerprints[split], voc, job.encode_with_vocab(split, voc)
-            )
+    job.run_part(0, 1)
+    manifests = job.merge()
+    if manifests is None:  # the vocabulary was built from the counts: now encode with it
+        job.run_part(0, 1)
+        manifests = job.merge()
     return manifests
 
 
@@ -122,129 +134,204 @@ def file_identity(url: str, storage_options: dict) -> list:
     return [url, info.get("size"), stamp]
 
 
+@dataclass(frozen=True)
+class Options:
+    """How txl-prepare lays out shards and spreads the work."""
+
+    shard_size: int
+    """Most tokens in a shard."""
+    sample_size: int
+    """Tokens per sample (whole documents; a longer document is a sample of its own)."""
+    unit_bytes: int
+    """Source bytes per unit: the grain of parts and restarts; no shard spans two units."""
+    workers: int
+    """Processes that tokenize pieces in parallel."""
+    piece_bytes: int
+    """Source bytes per worker task."""
+    progress: bool
+    """Show a progress bar."""
+
+
 class Job:
-    """One txl-prepare run: where things are, the options, and the per-split steps."""
+    """One txl-prepare setup: where things are, the options, and the steps of parts and merge."""
 
     def __init__(
-        self, dataset, kind, out, files, shard_size, sample_size, parallelism, out_options,
-        source_options, progress,
+        self, dataset, out, source, vocab, min_count, text_docs, source_checksum, cache_dir,
+        out_options, source_options, options,
     ):  # fmt: skip
-        self.dataset, self.kind, self.out, self.files = dataset, kind, out, files
-        self.shard_size, self.sample_size = shard_size, sample_size
-        self.workers, self.piece_bytes = parallelism
-        self.out_options, self.source_options, self.progress = out_options, source_options, progress
-        self.fs, self.out_path = fsspec.core.url_to_fs(out, **out_options)
+        self.dataset, self.out, self.opt = dataset, out.rstrip("/"), options
+        self.kind = corpora.chunk_kind(dataset, text_docs)
+        family = corpora.family(dataset)
+        self.specials = corpora.SPECIALS[family]
+        self.min_count = corpora.DEFAULT_MIN_COUNT[family] if min_count is None else min_count
+        self.vocab_file, self.out_options, self.source_options = vocab, out_options, source_options
+        root = corpora.resolve_source(dataset, source, cache_dir, source_checksum, source_options)
+        self.files = corpora.split_files(dataset, root, source_options)
+        self.fs, self.out_path = fsspec.core.url_to_fs(self.out, **out_options)
+        self.records = Records(self.fs, self.out_path)
+        self.voc: Vocab | None = None  # once found or built
+        identity = file_identity(vocab, source_options) if vocab else None
+        spec = {"min_count": self.min_count, "vocab": identity, "unit_bytes": options.unit_bytes}
+        self.fingerprints = {s: self.fingerprint(s, spec) for s in self.files}
+        self.vocab_splits = ["train"] if "train" in self.files else list(self.files)
+        self.vocab_fingerprint = digest([self.fingerprints[s] for s in self.vocab_splits])
+        self.units = [
+            u
+            for s, files in self.files.items()
+            for u in split_units(s, files, self.kind, options.unit_bytes, source_options)
+        ]
 
     def fingerprint(self, split: str, options: dict) -> str:
         """Hash of everything that determines a split's shards, except the vocabulary."""
-        spec = {
-            "format": FORMAT_VERSION,
-            "dataset": self.dataset,
-            "kind": self.kind,
-            "files": [file_identity(f, self.source_options) for f in self.files[split]],
-            "shard_size": self.shard_size,
-            "sample_size": self.sample_size,
-            **options,
-        }
-        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+        return digest(
+            {
+                "format": FORMAT_VERSION,
+                "dataset": self.dataset,
+                "kind": self.kind,
+                "files": [file_identity(f, self.source_options) for f in self.files[split]],
+                "shard_size": self.opt.shard_size,
+                "sample_size": self.opt.sample_size,
+                **options,
+            }
+        )
 
-    def reusable(self, split: str, fingerprint: str, voc: Vocab) -> Manifest | None:
-        """The split's existing manifest if it was made from the same inputs and is complete."""
-        url = manifest_url(self.out, split)
-        if not self.fs.exists(manifest_url(self.out_path, split)):
-            return None
-        try:
-            manifest = load_manifest(url, self.out_options)
-        except DataError:
-            return None
-        if manifest.fingerprint != fingerprint or manifest.vocab_sha256 != voc.sha256:
-            return None
-        for shard in manifest.shards:
-            path = f"{self.out_path}/{split}/{shard.url}"
-            if not self.fs.exists(path) or self.fs.size(path) != shard.bytes:
-                return None
-        log.info("%s: reusing %d prepared shards", url, len(manifest.shards))
-        return manifest
+    # ------------------------------------------------------------ the two steps
 
-    def saved_vocab(
-        self, vocab_splits: list[str], fingerprints: dict
-    ) -> tuple[Vocab | None, dict[str, Manifest]]:
-        """The vocabulary in ``out`` and its splits' manifests, if those splits are reusable."""
-        if not self.fs.exists(f"{self.out_path}/vocab.txt"):
-            return None, {}
+    def run_part(self, part: int, parts: int) -> str:
+        """Do part ``part`` (0-based) of ``parts`` of the next step: count the words of its
+        units while the vocabulary is still to be built, else encode them into shards. Units
+        already done are skipped, so a failed part is simply run again. Returns what it did."""
+        voc = self.vocabulary()
+        mine = part_units(self.units, part, parts)
+        if voc is None:
+            todo = [u for u in mine if u.split in self.vocab_splits and not self.counted(u)]
+            self.count(todo)
+            return f"counted the words of {len(todo)} units ({len(mine) - len(todo)} done before)"
+        finished = {s for s in self.files if self.reusable(s, voc)}
+        todo = [u for u in mine if u.split not in finished and not self.encoded(u, voc)]
+        for split in {u.split for u in todo}:
+            self.remove_manifest(split)  # its shards are about to change
+        self.encode(todo, voc)
+        return f"encoded {len(todo)} units ({len(mine) - len(todo)} done before)"
+
+    def merge(self) -> dict[str, Manifest] | None:
+        """Build the vocabulary from every unit's counts (returns None: run the parts again),
+        or write vocab.txt and every split's manifest from its units (returns the manifests)."""
+        voc = self.vocabulary()
+        if voc is None:
+            self.build_vocab()
+            return None
+        self.save_vocab(voc)
+        manifests = {s: self.reusable(s, voc) or self.write_manifest(s, voc) for s in self.files}
+        self.records.remove()
+        return manifests
+
+    # ------------------------------------------------------------ vocabulary
+
+    def vocabulary(self) -> Vocab | None:
+        """The vocabulary to encode with, or None while it still has to be built."""
+        if self.voc is None:
+            self.voc = self.find_vocabulary()
+        return self.voc
+
+    def find_vocabulary(self) -> Vocab | None:
+        if self.vocab_file:
+            return Vocab.load(self.vocab_file, self.source_options)
+        if not self.fs.exists(f"{self.out_path}/{VOCAB_FILE}"):
+            return None
         voc = Vocab.load(vocab_url(self.out), self.out_options)
-        done = {s: self.reusable(s, fingerprints[s], voc) for s in vocab_splits}
-        return (voc, done) if all(done.values()) else (None, {})
+        built = self.records.read("vocab", None, self.vocab_fingerprint)
+        if built and built["sha256"] == voc.sha256:
+            return voc
+        return voc if all(self.reusable(s, voc) for s in self.vocab_splits) else None
+
+    def counted(self, unit: Unit) -> bool:
+        return self.records.read("counts", unit, self.fingerprints[unit.split]) is not None
+
+    def count(self, units: list[Unit]) -> None:
+        """Count the words of each unit (one record per unit: memory bounded by its types)."""
+        for unit, results in self.run(count_piece, units):
+            counts = WordCounts()
+            for piece in results:
+                counts.add(piece.words, piece.counts)
+            record = {"fingerprint": self.fingerprints[unit.split], "words": counts.words()}
+            self.records.write("counts", unit, {**record, "counts": counts.counts.tolist()})
+
+    def build_vocab(self) -> Vocab:
+        """The vocabulary from the counts of every unit of the vocabulary splits, in order."""
+        counts, missing = WordCounts(), []
+        for unit in (u for u in self.units if u.split in self.vocab_splits):
+            record = self.records.read("counts", unit, self.fingerprints[unit.split])
+            if record is None:
+                missing.append(unit)
+            else:
+                text = " ".join(record["words"]).encode("utf-8")
+                counts.add(text, np.asarray(record["counts"], np.int64))
+        if missing:
+            raise ManifestError(
+                f"{self.out}: {describe(missing)} not counted yet; run the parts that hold "
+                f"them (txl-prepare ... --part I/N) again, then --merge"
+            )
+        words = counts.words()
+        voc = self.voc = Vocab.build(words, counts.counts, self.specials, self.min_count)
+        self.save_vocab(voc)
+        self.records.write(
+            "vocab", None, {"fingerprint": self.vocab_fingerprint, "sha256": voc.sha256}
+        )
+        return voc
 
     def save_vocab(self, voc: Vocab) -> None:
         """Write vocab.txt unless the same vocabulary is already there."""
         if (
-            self.fs.exists(f"{self.out_path}/vocab.txt")
+            self.fs.exists(f"{self.out_path}/{VOCAB_FILE}")
             and Vocab.load(vocab_url(self.out), self.out_options).sha256 == voc.sha256
         ):
             return
         self.fs.makedirs(self.out_path, exist_ok=True)
         voc.save(vocab_url(self.out), self.out_options)
 
-    def chunks(self, split: str) -> Iterator[EncodedChunk]:
-        """Encoded document-aligned pieces of a split, in corpus order, with a progress bar."""
-        ranges = [
-            (self.kind, *r, self.source_options)
-            for f in self.files[split]
-            for r in corpora.document_ranges(f, self.kind, self.piece_bytes, self.source_options)
-        ]
-        total = sum(r[3] - r[2] for r in ranges)
-        with tqdm(
-            total=total, unit="B", unit_scale=True, desc=f"{self.dataset} {split}",
-            disable=not self.progress,
-        ) as bar:  # fmt: skip
-            for chunk in encode_in_parallel(ranges, self.workers):
-                bar.update(chunk.source_bytes)
-                yield chunk
+    # ------------------------------------------------------------ shards and manifests
 
-    def build_vocab_and_write(
-        self, splits: list[str], fingerprints: dict, specials: list[str], min_count: int
-    ) -> tuple[Vocab, dict[str, Manifest]]:
-        """Encode ``splits`` with provisional ids, build the vocabulary, write the splits."""
-        ids = FirstAppearanceIds()
-        encoded = {s: [(ids.add(c), c.doc_lengths) for c in self.chunks(s)] for s in splits}
-        voc = Vocab.build(ids.words(), ids.counts, specials, min_count)
-        remap = voc.lookup_table(ids.words())
-        oov = oov_mask(ids.words(), remap, voc)
-        manifests = {
-            s: self.write_split(
-                s, fingerprints[s], voc, ((remap[g], lens, oov[g]) for g, lens in encoded[s])
+    def encoded(self, unit: Unit, voc: Vocab) -> dict | None:
+        """The unit's record if its shards were written with this vocabulary and are all there."""
+        record = self.records.read("unit", unit, self.fingerprints[unit.split])
+        if record is None or record["vocab_sha256"] != voc.sha256:
+            return None
+        split_dir = f"{self.out_path}/{unit.split}"
+        for shard in record["shards"]:
+            path = f"{split_dir}/{shard['url']}"
+            if not self.fs.exists(path) or self.fs.size(path) != shard["bytes"]:
+                return None
+        return record
+
+    def encode(self, units: list[Unit], voc: Vocab) -> None:
+        """Write each unit's shards, then its record."""
+        for unit, results in self.run(encode_piece, units, voc):
+            split_dir = f"{self.out_path}/{unit.split}"
+            self.fs.makedirs(split_dir, exist_ok=True)
+            sink = ShardSink(
+                split_dir, unit.name, self.opt.sample_size, self.opt.shard_size, self.fs
             )
-            for s in splits
-        }
-        return voc, manifests
+            oov_tokens = 0
+            for piece in results:
+                sink.add(piece.ids, piece.doc_lengths)
+                oov_tokens += piece.oov_tokens
+            shards = [asdict(s) for s in sink.close()]
+            record = {"fingerprint": self.fingerprints[unit.split], "vocab_sha256": voc.sha256}
+            self.records.write("unit", unit, {**record, "oov_tokens": oov_tokens, "shards": shards})
 
-    def encode_with_vocab(
-        self, split: str, voc: Vocab
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(tokens, document lengths, out-of-vocabulary mask) per piece of a split."""
-        for chunk in self.chunks(split):
-            table = voc.lookup_table(chunk.words)
-            yield table[chunk.ids], chunk.doc_lengths, oov_mask(chunk.words, table, voc)[chunk.ids]
-
-    def write_split(
-        self,
-        split: str,
-        fingerprint: str,
-        voc: Vocab,
-        pieces: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
-    ) -> Manifest:
-        """Shards then manifest (written last, so a manifest always means a complete split)."""
-        split_dir = f"{self.out_path}/{split}"
-        self.fs.makedirs(split_dir, exist_ok=True)
-        if self.fs.exists(f"{split_dir}/manifest.json"):
-            self.fs.rm_file(f"{split_dir}/manifest.json")
-        sink = ShardSink(split_dir, split, self.sample_size, self.shard_size, self.fs)
-        oov_tokens = 0
-        for tokens, lengths, oov in pieces:
-            sink.add(tokens, lengths)
-            oov_tokens += int(np.count_nonzero(oov))
-        shards = sink.close()
+    def write_manifest(self, split: str, voc: Vocab) -> Manifest:
+        """The split's manifest from its units' records (written last: a manifest means a
+        complete split); shards no unit lists (from an earlier layout) are removed."""
+        units = [u for u in self.units if u.split == split]
+        records = {u: self.encoded(u, voc) for u in units}
+        missing = [u for u in units if records[u] is None]
+        if missing:
+            raise ManifestError(
+                f"{manifest_url(self.out, split)}: {describe(missing)} not prepared yet; run "
+                f"the parts that hold them (txl-prepare ... --part I/N) again, then --merge"
+            )
+        shards = [ShardInfo(**s) for u in units for s in records[u]["shards"]]
         manifest = Manifest(
             format_version=FORMAT_VERSION,
             dataset=self.dataset,
@@ -253,58 +340,110 @@ class Job:
             vocab_sha256=voc.sha256,
             tokens=sum(s.tokens for s in shards),
             documents=sum(s.documents for s in shards),
-            oov_tokens=oov_tokens,
-            fingerprint=fingerprint,
+            oov_tokens=sum(r["oov_tokens"] for r in records.values()),
+            fingerprint=self.fingerprints[split],
             shards=shards,
         )
+        split_dir = f"{self.out_path}/{split}"
+        listed = {s.url for s in shards}
+        for path in self.fs.glob(f"{split_dir}/*.tar"):
+            if posixpath.basename(path) not in listed:
+                self.fs.rm_file(path)
         self.fs.pipe_file(f"{split_dir}/manifest.json", manifest.to_json().encode())
         return manifest
 
+    def reusable(self, split: str, voc: Vocab) -> Manifest | None:
+        """The split's existing manifest if it was made from the same inputs and is complete."""
+        url = manifest_url(self.out, split)
+        if not self.fs.exists(manifest_url(self.out_path, split)):
+            return None
+        try:
+            manifest = load_manifest(url, self.out_options)
+        except DataError:
+            return None
+        if manifest.fingerprint != self.fingerprints[split] or manifest.vocab_sha256 != voc.sha256:
+            return None
+        for shard in manifest.shards:
+            path = f"{self.out_path}/{split}/{shard.url}"
+            if not self.fs.exists(path) or self.fs.size(path) != shard.bytes:
+                return None
+        log.info("%s: reusing %d prepared shards", url, len(manifest.shards))
+        return manifest
 
-class FirstAppearanceIds:
-    """Corpus-wide ids in order of first appearance, with counts (before the vocab exists)."""
+    def remove_manifest(self, split: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(manifest_url(self.out_path, split))
+
+    # ------------------------------------------------------------ running pieces
+
+    def run(
+        self, fn, units: list[Unit], voc: Vocab | None = None
+    ) -> Iterator[tuple[Unit, Iterator]]:
+        """(unit, its pieces' results in order) for each unit; workers run ``fn`` on the
+        pieces of all units back to back, so they never wait at a unit's end."""
+        tasks = [(u, p) for u in units for p in u.pieces(self.opt.piece_bytes)]
+        total = sum(p[2] - p[1] for _, p in tasks)
+        results = run_pieces(
+            fn, self.kind, [p for _, p in tasks], self.source_options, self.opt.workers, voc
+        )
+        with tqdm(
+            total=total, unit="B", unit_scale=True, desc=f"{self.dataset} {fn.__name__}",
+            disable=not self.opt.progress,
+        ) as bar:  # fmt: skip
+            for unit, group in itertools.groupby(zip(tasks, results), key=lambda x: x[0][0]):
+                yield unit, counted(bar, (r for _, r in group))
+
+
+class WordCounts:
+    """Occurrences per word, words in order of first appearance (memory: one entry per type
+    plus a bounded buffer). Words travel as space-separated UTF-8 text; merges are vectorized
+    (wordids.split_ids), each over everything so far, so they wait for MERGE_WORDS new words."""
+
+    MERGE_WORDS = 1 << 22
 
     def __init__(self):
-        self.index: defaultdict[str, int] = defaultdict()
-        self.index.default_factory = self.index.__len__
-        self.counts = np.zeros(0, np.int64)
+        self.text, self.counts = b"", np.zeros(0, np.int64)  # merged: distinct words
+        self.pending: list[tuple[bytes, np.ndarray]] = []
+        self.pending_words = 0
 
-    def add(self, chunk: EncodedChunk) -> np.ndarray:
-        """Global ids of a chunk's tokens; updates the counts."""
-        table = np.fromiter(map(self.index.__getitem__, chunk.words), np.int32, len(chunk.words))
-        ids = table[chunk.ids]
-        counts = np.bincount(ids, minlength=len(self.index))
-        counts[: len(self.counts)] += self.counts
-        self.counts = counts
-        return ids
+    def add(self, text: bytes, counts: np.ndarray) -> None:
+        """Add the counts of the distinct words in ``text`` (space-separated)."""
+        self.pending.append((text, counts))
+        self.pending_words += len(counts)
+        if self.pending_words >= self.MERGE_WORDS:
+            self.merge()
+
+    def merge(self) -> None:
+        if not self.pending:
+            return
+        words, ids = split_ids(b" ".join([self.text, *(t for t, _ in self.pending)]))
+        weights = np.concatenate([self.counts, *(c for _, c in self.pending)])
+        # float64 sums are exact below 2**53 occurrences
+        self.counts = np.bincount(ids, weights, len(words)).astype(np.int64)
+        self.text, self.pending, self.pending_words = b" ".join(words), [], 0
 
     def words(self) -> list[str]:
-        """All words seen, in first-appearance order (global id order)."""
-        return list(self.index)
+        """All words seen, in first-appearance order (counts: self.counts after this call)."""
+        self.merge()
+        return self.text.decode("utf-8").split(" ") if self.text else []
 
 
-def oov_mask(words: list[str], table: np.ndarray, voc: Vocab) -> np.ndarray:
-    """True for words the vocabulary maps to its unknown token but that are not that token."""
-    if voc.unk is None:
-        return np.zeros(len(words), bool)
-    unk_id = voc.index[voc.unk]
-    return (table == unk_id) & np.array([w != voc.unk for w in words], dtype=bool)
+def counted(bar: tqdm, results: Iterator) -> Iterator:
+    """Pass results through, advancing the progress bar by their source bytes."""
+    for result in results:
+        bar.update(result.source_bytes)
+        yield result
 
 
-def encode_in_parallel(ranges: list[tuple], workers: int) -> Iterator[EncodedChunk]:
-    """corpora.encode_range over ``ranges`` in order, at most 2 per worker in flight."""
-    if workers <= 1:
-        yield from (corpora.encode_range(*r) for r in ranges)
-        return
-    # fork: workers only read and tokenize, and start at once, which the throughput needs.
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        pending: deque = deque()
-        for r in ranges:
-            pending.append(pool.apply_async(corpora.encode_range, r))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+def digest(value) -> str:
+    """sha256 of a JSON-able value."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def describe(units: list[Unit]) -> str:
+    """``units train-00003, train-00007 are`` (the first few), for error messages."""
+    names = ", ".join(u.name for u in units[:5]) + (", ..." if len(units) > 5 else "")
+    return f"unit{'s' if len(units) > 1 else ''} {names} {'are' if len(units) > 1 else 'is'}"
 
 
 def parse_options(pairs: list[str]) -> dict:
@@ -332,6 +471,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab", help="reuse this vocabulary file (token[ count] per line)")
     p.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens/shard")
     p.add_argument("--sample-size", type=int, default=DEFAULT_SAMPLE_TOKENS, help="tokens/sample")
+    p.add_argument(
+        "--unit-bytes",
+        type=int,
+        default=DEFAULT_UNIT_BYTES,
+        help="source bytes per unit (the grain of --part; shards never span units)",
+    )
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--min-count", type=int, help="vocabulary min count (default per dataset)")
     p.add_argument("--text-docs", choices=("block", "file"), default="block")
@@ -340,6 +485,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out-option", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--part", metavar="I/N", help="do part I of N of the next step and exit")
+    p.add_argument("--merge", action="store_true", help="join the parts' results and exit")
     p.add_argument("--verify", metavar="URL", help="re-check a prepared dataset root and exit")
     return p
 
@@ -356,23 +503,55 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not (args.dataset and args.out):
             parser().error("--dataset and --out are required (or --verify URL)")
+        if args.part and args.merge:
+            parser().error("--part and --merge are separate jobs: give one of them")
+        try:
+            part = parse_part(args.part) if args.part else None
+        except ValueError as err:
+            parser().error(str(err))
+        if part or args.merge:
+            return run_step(args, part, out_options)
         manifests = prepare(
             args.dataset, args.out, args.source, vocab=args.vocab, shard_size=args.shard_size,
-            sample_size=args.sample_size, workers=args.workers, min_count=args.min_count,
-            text_docs=args.text_docs, source_checksum=args.source_checksum,
-            cache_dir=args.cache_dir, out_options=out_options,
-            source_options=parse_options(args.source_option), progress=not args.no_progress,
+            sample_size=args.sample_size, unit_bytes=args.unit_bytes, workers=args.workers,
+            min_count=args.min_count, text_docs=args.text_docs,
+            source_checksum=args.source_checksum, cache_dir=args.cache_dir,
+            out_options=out_options, source_options=parse_options(args.source_option),
+            progress=not args.no_progress,
         )  # fmt: skip
     except DataError as err:
         print(f"txl-prepare: error: {err}", file=sys.stderr)
         return 1
+    print_manifests(args.out, manifests)
+    return 0
+
+
+def run_step(args: argparse.Namespace, part: tuple[int, int] | None, out_options: dict) -> int:
+    """One cluster job: ``--part I/N`` or ``--merge``."""
+    job = Job(
+        args.dataset, args.out, args.source, args.vocab, args.min_count, args.text_docs,
+        args.source_checksum, args.cache_dir, out_options, parse_options(args.source_option),
+        Options(args.shard_size, args.sample_size, args.unit_bytes, args.workers,
+                PIECE_BYTES, not args.no_progress),
+    )  # fmt: skip
+    if part:
+        print(f"part {part[0] + 1}/{part[1]}: {job.run_part(*part)}")
+        return 0
+    manifests = job.merge()
+    if manifests is None:
+        print(f"vocabulary built: {vocab_url(args.out)}; now run the parts again, then --merge")
+    else:
+        print_manifests(args.out, manifests)
+    return 0
+
+
+def print_manifests(out: str, manifests: dict[str, Manifest]) -> None:
     for split, m in manifests.items():
         print(
             f"{split}: {m.tokens} tokens, {m.documents} documents, {len(m.shards)} shards, "
             f"vocab {m.vocab_size}, {m.oov_tokens} out-of-vocabulary"
-            f" -> {manifest_url(args.out, split)}"
+            f" -> {manifest_url(out, split)}"
         )
-    return 0
 
 
 if __name__ == "__main__":

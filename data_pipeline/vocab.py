@@ -20,6 +20,7 @@ import fsspec
 import numpy as np
 
 from data_pipeline.errors import SourceUnreachableError, VocabMismatchError
+from data_pipeline.wordids import WordTable
 
 EOS = "<eos>"
 SENTENCE = "<S>"
@@ -36,6 +37,7 @@ class Vocab:
         self.index = {tok: i for i, tok in enumerate(self.tokens)}
         if len(self.index) != len(self.tokens):
             raise VocabMismatchError("vocabulary lists a token twice; every token must be unique")
+        self.table = WordTable(self.index)
         self.unk = next((t for t in (UNK_LM1B, UNK_WIKI) if t in self.index), None)
 
     def __len__(self) -> int:
@@ -49,9 +51,7 @@ class Vocab:
     def lookup_table(self, words: Sequence[str]) -> np.ndarray:
         """Ids of ``words`` as an int32 array; unknown words become the unknown token's id."""
         unk_id = self.index.get(self.unk, -1) if self.unk else -1
-        table = np.fromiter(
-            (self.index.get(w, unk_id) for w in words), dtype=np.int32, count=len(words)
-        )
+        table = self.table.get(words, unk_id)
         if unk_id < 0 and (table < 0).any():
             missing = [w for w, i in zip(words, table) if i < 0][:5]
             raise VocabMismatchError(

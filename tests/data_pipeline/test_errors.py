@@ -39,19 +39,21 @@ def test_missing_shard(wt103_copy):
     path, _, _ = shard_and_sample(wt103_copy)
     path.unlink()
     with pytest.raises(
-        ShardMissingError, match=r"valid-000001\.tar: shard missing \(reading sample \d+\)"
+        ShardMissingError, match=r"valid-00000-000001\.tar: shard missing \(reading sample \d+\)"
     ):
         read_epoch(wt103_copy)
-    with pytest.raises(ShardMissingError, match=r"valid-000001\.tar not found"):
+    with pytest.raises(ShardMissingError, match=r"valid-00000-000001\.tar not found"):
         verify(str(wt103_copy))
 
 
 def test_truncated_shard(wt103_copy):
     path, offset, _ = shard_and_sample(wt103_copy)
     path.write_bytes(path.read_bytes()[: offset + 100])
-    with pytest.raises(ShardTruncatedError, match=r"valid-000001\.tar: sample \d+ is truncated"):
+    with pytest.raises(
+        ShardTruncatedError, match=r"valid-00000-000001\.tar: sample \d+ is truncated"
+    ):
         read_epoch(wt103_copy)
-    with pytest.raises(ShardTruncatedError, match=r"valid-000001\.tar"):
+    with pytest.raises(ShardTruncatedError, match=r"valid-00000-000001\.tar"):
         verify(str(wt103_copy))
 
 
@@ -60,12 +62,14 @@ def test_corrupted_sample_and_sha256_mismatch(wt103_copy, capsys):
     data = bytearray(path.read_bytes())
     data[offset + 40] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(ShardCorruptError, match=r"valid-000001\.tar: sample 2 is corrupt"):
+    with pytest.raises(ShardCorruptError, match=r"valid-00000-000001\.tar: sample 2 is corrupt"):
         read_epoch(wt103_copy)
-    with pytest.raises(ChecksumError, match=r"valid-000001\.tar: sha256 .* first bad sample.*2"):
+    with pytest.raises(
+        ChecksumError, match=r"valid-00000-000001\.tar: sha256 .* first bad sample.*2"
+    ):
         verify(str(wt103_copy))
     assert main(["--verify", str(wt103_copy)]) == 1
-    assert "valid-000001.tar" in capsys.readouterr().err
+    assert "valid-00000-000001.tar" in capsys.readouterr().err
 
 
 def test_manifest_for_another_vocabulary(wt103_copy):

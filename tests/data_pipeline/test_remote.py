@@ -44,7 +44,7 @@ def test_s3_prepare_stream_and_verify(wt103, shared_data, s3_endpoint, monkeypat
     fs.mkdir("txl-test")
     root = "s3://txl-test/wt103"
     prepare("wikitext-103", root, str(shared_data / "wikitext-103"), out_options=options, **SMALL)
-    assert fs.exists("txl-test/wt103/valid/valid-000000.tar")
+    assert fs.exists("txl-test/wt103/valid/valid-00000-000000.tar")
     remote = first_batches(manifest_url(root, "valid"), storage_options=options)
     assert_same(remote, first_batches(manifest_url(str(wt103), "valid")))
     assert len(verify(root, options)) == 2

@@ -1,0 +1,193 @@
+"""How txl-prepare scales with the corpus: tokens/s and peak resident memory per process.
+
+    python bench/prepare_scale.py [--sizes 50 200 800] [--workers 2] [--modes vocab build]
+                                  [--corpora DIR]
+
+For each size (millions of prepared tokens, ``<S>`` markers included) it generates an
+lm1b-shaped corpus (below), then runs ``txl-prepare --dataset lm1b`` on it twice, with the
+corpus's ``--vocab`` file and building the vocabulary, each as a separate process tree whose
+resident memory is sampled every 50 ms: it prints wall time, tokens/s, CPU time per token (all
+processes; on a shared machine 2e9 / that is what 2 free cores would do), and the peak RSS of
+the main process, of the largest worker, and of all of them together.
+
+The corpus (seeded; the same arguments give the same bytes): 100 training files
+``news.en-000NN-of-00100`` and a held-out file ``news.en.heldout-00000-of-00050`` (1/100 of the
+size), one sentence per line. Words are drawn from a Zipf law (exponent 1) over 2M types; a type
+of rank r is the base-26 letters of r plus "qz" (frequent words are short, ~5.7 bytes per word
+with its space, like lm1b's 5.4). Sentence lengths are 1 + Gamma(2.5, 10) words (mean 26, as in
+lm1b). The vocabulary file lists ``<S>``, ``</S>``, ``<UNK>`` and the 793,471 most probable
+types (the size of lm1b's ``1b_word_vocab.txt``), ``word count`` per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+TYPES = 2_000_000
+VOCAB_WORDS = 793_471
+TRAIN_FILES = 100
+TOKENS_PER_BLOCK = 1 << 21  # generated at a time, to bound the generator's own memory
+
+
+def type_table(types: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(flat bytes of every type followed by a space, start offsets, lengths with the space)."""
+    words = []
+    for r in range(types):
+        letters = []
+        while True:
+            r, d = divmod(r, 26)
+            letters.append(chr(97 + d))
+            if r == 0:
+                break
+        words.append("".join(letters) + "qz ")
+    lengths = np.array([len(w) for w in words], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    return np.frombuffer("".join(words).encode(), np.uint8), starts, lengths
+
+
+class CorpusWriter:
+    """Seeded sentences of Zipf words, written as text."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.flat, self.starts, self.lengths = type_table(TYPES)
+        weights = 1.0 / np.arange(1, TYPES + 1)
+        self.cdf = np.cumsum(weights) / weights.sum()
+
+    def write(self, path: Path, tokens: int) -> int:
+        """Whole sentences until about ``tokens`` prepared tokens; returns the tokens written."""
+        written = 0
+        with path.open("wb") as f:
+            while written < tokens:
+                block = self.block(min(TOKENS_PER_BLOCK, tokens - written))
+                f.write(block[0])
+                written += block[1]
+        return written
+
+    def block(self, tokens: int) -> tuple[bytes, int]:
+        """Text of sentences holding about ``tokens`` tokens (2 markers per sentence)."""
+        n_sent = max(1, round(tokens / 28))
+        sent_len = 1 + self.rng.gamma(2.5, 10.0, n_sent).astype(np.int64)
+        ids = np.searchsorted(self.cdf, self.rng.random(int(sent_len.sum())), side="right")
+        ids = np.minimum(ids, TYPES - 1)
+        lens = self.lengths[ids]
+        out_end = np.cumsum(lens)
+        # Byte i of the output comes from flat[starts[id] + (i - out_start)]: one gather.
+        shift = np.repeat(self.starts[ids] - (out_end - lens), lens)
+        text = self.flat[shift + np.arange(int(out_end[-1]))]
+        text[out_end[np.cumsum(sent_len) - 1] - 1] = ord("\n")
+        return text.tobytes(), int(sent_len.sum() + 2 * n_sent)
+
+    def vocab(self, path: Path) -> None:
+        """The most probable types in lm1b's vocabulary file layout."""
+        words = self.flat.tobytes().decode().split()[:VOCAB_WORDS]
+        counts = np.round(1e9 / np.arange(1, VOCAB_WORDS + 1)).astype(np.int64)
+        lines = ["<S> 0", "</S> 0", "<UNK> 0"] + [f"{w} {c}" for w, c in zip(words, counts)]
+        path.write_text("\n".join(lines) + "\n")
+
+
+def make_corpus(root: Path, tokens: int, seed: int = 0) -> int:
+    """An lm1b-shaped corpus of about ``tokens`` train tokens under ``root``; returns them."""
+    root.mkdir(parents=True, exist_ok=True)
+    writer = CorpusWriter(seed)
+    per_file = tokens // TRAIN_FILES
+    total = 0
+    for i in range(TRAIN_FILES):
+        total += writer.write(root / f"news.en-{i + 1:05d}-of-00100", per_file)
+    writer.write(root / "news.en.heldout-00000-of-00050", max(per_file // 100, 1000))
+    writer.vocab(root / "1b_word_vocab.txt")
+    return total
+
+
+@dataclass
+class Peaks:
+    """Peak resident memory seen while a command ran, in bytes."""
+
+    main: int = 0
+    """Of the process started (txl-prepare's main process)."""
+    worker: int = 0
+    """Of the largest of its descendants."""
+    total: int = 0
+    """Of all of them together at one moment."""
+
+
+def run_sampled(cmd: list[str], interval: float = 0.05) -> tuple[float, float, Peaks, str]:
+    """(seconds, CPU seconds of all its processes, memory peaks, output) of a command; its
+    process tree is sampled every ``interval``."""
+    start, cpu = time.perf_counter(), children_cpu()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    root, peaks = psutil.Process(proc.pid), Peaks()
+    while proc.poll() is None:
+        try:
+            main = root.memory_info().rss
+            workers = [c.memory_info().rss for c in root.children(recursive=True)]
+        except psutil.Error:  # a process ended between listing and reading
+            continue
+        peaks.main = max(peaks.main, main)
+        peaks.worker = max([peaks.worker, *workers])
+        peaks.total = max(peaks.total, main + sum(workers))
+        time.sleep(interval)
+    out = proc.stdout.read()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out}")
+    return time.perf_counter() - start, children_cpu() - cpu, peaks, out
+
+
+def children_cpu() -> float:
+    """User + system seconds of every finished descendant (workers count via their parent)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 800], help="M tokens")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--modes", nargs="+", default=["vocab", "build"], choices=["vocab", "build"])
+    p.add_argument("--corpora", type=Path, help="keep generated corpora here (reused if there)")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        corpora = args.corpora or Path(tmp)
+        print("| corpus | --vocab | wall s | tokens/s | CPU ns/token | main RSS | largest worker "
+              "| all processes |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|")
+        for size in args.sizes:
+            src = corpora / f"lm1b-{size}M"
+            if not (src / ".done").exists():
+                make_corpus(src, size * 1_000_000)
+                (src / ".done").touch()
+            for mode in args.modes:
+                print(measure(src, Path(tmp) / "out", mode, args.workers), flush=True)
+                shutil.rmtree(Path(tmp) / "out")
+
+
+def measure(src: Path, out: Path, mode: str, workers: int) -> str:
+    """One txl-prepare run as a table row."""
+    cmd = [sys.executable, "-m", "data_pipeline.prepare", "--dataset", "lm1b", "--source",
+           str(src), "--out", str(out), "--no-progress", "--workers", str(workers)]  # fmt: skip
+    if mode == "vocab":
+        cmd += ["--vocab", str(src / "1b_word_vocab.txt")]
+    seconds, cpu, peaks, text = run_sampled(cmd)
+    tokens = sum(int(n) for n in re.findall(r"^\w+: (\d+) tokens", text, re.M))
+    gb = 1 << 30
+    return (
+        f"| {tokens / 1e6:.0f}M tokens | {'yes' if mode == 'vocab' else 'no'} | {seconds:.0f} | "
+        f"{tokens / seconds / 1e6:.2f}M | {cpu / tokens * 1e9:.0f} | {peaks.main / gb:.2f} GB | "
+        f"{peaks.worker / gb:.2f} GB | {peaks.total / gb:.2f} GB |"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""What the worker processes do with one piece (a byte range of a corpus file): count its words,
+or encode it with the vocabulary. Only counts per distinct word, or final int32 ids, travel back
+to the main process, whose memory so never depends on how much text passes through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from data_pipeline import corpora
+from data_pipeline.vocab import Vocab
+
+Piece = tuple[str, int, int, int]  # (file URL, start, stop, usable end of the file)
+
+
+@dataclass
+class PieceCounts:
+    """How often each word of a piece occurs."""
+
+    words: bytes
+    """Distinct words in order of first appearance, as space-separated UTF-8 text."""
+    counts: np.ndarray
+    """int64 occurrences of each word."""
+    source_bytes: int
+    """Bytes of the source file the piece accounts for (for progress)."""
+
+
+@dataclass
+class PieceIds:
+    """A piece's documents as vocabulary ids."""
+
+    ids: np.ndarray
+    """int32 id of every token, in corpus order."""
+    doc_lengths: np.ndarray
+    """int64 token count of each document; sums to len(ids)."""
+    oov_tokens: int
+    """Tokens mapped to the unknown token that are not that token themselves."""
+    source_bytes: int
+    """Bytes of the source file the piece accounts for (for progress)."""
+
+
+# The vocabulary encode_piece maps to, set in each worker when its pool starts (fork: not copied
+# through a pipe) and in the main process when it encodes by itself.
+_vocab: Vocab | None = None
+
+
+def set_vocab(vocab: Vocab | None) -> None:
+    """Make ``vocab`` the one encode_piece uses in this process."""
+    global _vocab
+    _vocab = vocab
+
+
+def count_piece(kind: str, piece: Piece, storage_options: dict) -> PieceCounts:
+    """Word counts of the documents that start in a piece."""
+    chunk = corpora.encode_range(kind, *piece, storage_options)
+    counts = np.bincount(chunk.ids, minlength=len(chunk.words)).astype(np.int64)
+    return PieceCounts(" ".join(chunk.words).encode("utf-8"), counts, chunk.source_bytes)
+
+
+def encode_piece(kind: str, piece: Piece, storage_options: dict) -> PieceIds:
+    """Ids (in the vocabulary set by set_vocab) of the documents that start in a piece."""
+    chunk = corpora.encode_range(kind, *piece, storage_options)
+    table = _vocab.lookup_table(chunk.words)
+    oov = np.count_nonzero(oov_mask(chunk.words, table, _vocab)[chunk.ids])
+    return PieceIds(table[chunk.ids], chunk.doc_lengths, int(oov), chunk.source_bytes)
+
+
+def oov_mask(words: list[str], table: np.ndarray, voc: Vocab) -> np.ndarray:
+    """True for words the vocabulary maps to its unknown token but that are not that token."""
+    if voc.unk is None:
+        return np.zeros(len(words), bool)
+    mask = table == voc.index[voc.unk]
+    with contextlib.suppress(ValueError):  # words are distinct: the unknown token once at most
+        mask[words.index(voc.unk)] = False
+    return mask
+
+
+def run_pieces(
+    fn: Callable, kind: str, pieces: list[Piece], storage_options: dict, workers: int,
+    vocab: Vocab | None = None,
+) -> Iterator:  # fmt: skip
+    """``fn(kind, piece, storage_options)`` for every piece, results in order; at most 2 pieces
+    per worker in flight, so memory is bounded whatever the number of pieces."""
+    if vocab is not None:
+        vocab.table.build()  # before the fork: every worker inherits it
+    if workers <= 1:
+        set_vocab(vocab)
+        try:
+            yield from (fn(kind, p, storage_options) for p in pieces)
+        finally:
+            set_vocab(None)
+        return
+    # fork: workers start at once and inherit the vocabulary instead of unpickling it.
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(workers, initializer=set_vocab, initargs=(vocab,)) as pool:
+        pending: deque = deque()
+        for piece in pieces:
+            pending.append(pool.apply_async(fn, (kind, piece, storage_options)))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
