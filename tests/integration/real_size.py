@@ -2,9 +2,9 @@
 
 The shared corpora have far fewer word types than WikiText-103 (267,735) or One Billion Word
 (793,471). To train a config as shipped, the vocabulary is padded to its `n_token` with unused
-tokens, and the real words are spread over the whole id range, so every adaptive-softmax
-cluster, head to rarest tail, gets targets: the tail code runs at its real size, and which
-clusters a micro-batch touches differs from rank to rank as on real data.
+tokens. Frequent words fill the head cluster and a few rare words sit in every tail cluster, so,
+as on real data, most targets are head tokens, the tail code runs at its real size, and which
+clusters a micro-batch touches differs from rank to rank.
 """
 
 from __future__ import annotations
@@ -19,17 +19,25 @@ from data_pipeline.prepare import main as prepare_main
 # that evaluation covers in a few segments at the configs' eval lengths.
 TRAIN_WORDS = 12_000
 VALID_WORDS = 1_500
+TAIL_WORDS = 20  # rare words per tail cluster: few targets, on some ranks and not others
 
 
-def spread_vocabulary(words: list[str], specials: list[str], n_token: int) -> list[str]:
-    """`n_token` entries: specials first, then `words` (most frequent first) at even strides."""
+def spread_vocabulary(
+    words: list[str], specials: list[str], n_token: int, cutoffs: list[int]
+) -> list[str]:
+    """`n_token` entries: specials and frequent words in the head cluster, as on real data, and
+    the rarest `TAIL_WORDS` words in each tail cluster, spread over its whole id range."""
     counts = Counter(words)
     ordered = [w for w, _ in counts.most_common() if w not in specials]
-    vocab = [f"<pad{i}>" for i in range(n_token)]
-    vocab[: len(specials)] = specials
-    stride = (n_token - len(specials)) // len(ordered)
-    for k, word in enumerate(ordered):
-        vocab[len(specials) + k * stride] = word
+    tails = list(zip([*cutoffs], [*cutoffs[1:], n_token]))
+    head_words, rare = ordered[: -TAIL_WORDS * len(tails)], ordered[-TAIL_WORDS * len(tails) :]
+    assert len(specials) + len(head_words) <= cutoffs[0]
+    vocab = [*specials, *head_words]
+    vocab += [f"<pad{i}>" for i in range(len(vocab), n_token)]
+    for t, (start, end) in enumerate(tails):
+        stride = (end - start) // TAIL_WORDS
+        for k, word in enumerate(rare[t * TAIL_WORDS : (t + 1) * TAIL_WORDS]):
+            vocab[start + k * stride] = word
     return vocab
 
 
@@ -45,7 +53,7 @@ def take_lines(path: Path, max_words: int) -> list[str]:
     return lines
 
 
-def wikitext_real_size(shared_data: Path, out: Path, n_token: int) -> Path:
+def wikitext_real_size(shared_data: Path, out: Path, n_token: int, cutoffs: list[int]) -> Path:
     """WikiText-103 train-prefix and valid articles, vocabulary padded to `n_token`."""
     source = out / "source"
     source.mkdir(parents=True)
@@ -54,10 +62,11 @@ def wikitext_real_size(shared_data: Path, out: Path, n_token: int) -> Path:
     (source / "wiki.train.tokens").write_text("".join(train))
     (source / "wiki.valid.tokens").write_text("".join(valid))
     words = [w for line in train + valid for w in line.split()]
-    return _prepare("wikitext-103", source, out, spread_vocabulary(words, ["<eos>"], n_token))
+    vocab = spread_vocabulary(words, ["<eos>"], n_token, cutoffs)
+    return _prepare("wikitext-103", source, out, vocab)
 
 
-def lm1b_real_size(shared_data: Path, out: Path, n_token: int) -> Path:
+def lm1b_real_size(shared_data: Path, out: Path, n_token: int, cutoffs: list[int]) -> Path:
     """One Billion Word held-out sentences as train and valid, vocabulary padded to `n_token`."""
     source = out / "source"
     source.mkdir(parents=True)
@@ -69,7 +78,8 @@ def lm1b_real_size(shared_data: Path, out: Path, n_token: int) -> Path:
     (source / "news.en-00001-of-00100").write_text("".join(lines[:cut]))
     (source / "news.en.heldout-00000-of-00050").write_text("".join(lines[cut:]))
     words = [w for line in lines for w in line.split()]
-    return _prepare("lm1b", source, out, spread_vocabulary(words, ["<S>", "<UNK>"], n_token))
+    vocab = spread_vocabulary(words, ["<S>", "<UNK>"], n_token, cutoffs)
+    return _prepare("lm1b", source, out, vocab)
 
 
 def _prepare(dataset: str, source: Path, out: Path, vocab: list[str]) -> Path:
