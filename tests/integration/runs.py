@@ -57,7 +57,7 @@ def command(
 
 
 def train(
-    out_dir, data, nprocs=2, overrides=(), resume=None, timeout=300, script=PRETRAIN, env=None
+    out_dir, data, nprocs=2, overrides=(), resume=None, timeout=900, script=PRETRAIN, env=None
 ) -> subprocess.CompletedProcess:
     for _ in range(3):
         proc = subprocess.run(
