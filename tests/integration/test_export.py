@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 from data_pipeline import load_manifest, manifest_url
 from tests.integration.runs import STEPS, records
 from txl_dist import evaluate
+from txl_dist.engine.checkpoint import load_trusted
 from txl_dist.export import ExportError, export
 from txl_dist.model import TransformerXL
 
@@ -47,9 +48,8 @@ def txl_eval(capsys, model: Path, data: Path, *options: str) -> dict:
 @pytest.mark.parametrize("stage", [0, 1, 2])
 def test_export_holds_the_master_weights_the_engine_computed_with(zero_runs, exports, stage):
     # ZeRO 0-2 keep the engine's bf16 module in the model file: the fp32 masters rounded.
-    module = torch.load(
-        zero_runs[stage] / "checkpoints" / TAG / "mp_rank_00_model_states.pt",
-        weights_only=False,
+    module = load_trusted(
+        str(zero_runs[stage] / "checkpoints" / TAG / "mp_rank_00_model_states.pt")
     )["module"]
     weights = load_file(exports[stage] / "model.safetensors")
     assert all(w.dtype == torch.float32 for w in weights.values())

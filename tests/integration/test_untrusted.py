@@ -24,6 +24,7 @@ from data_pipeline.prepare import main as prepare_main
 from tests.conftest import REPO_ROOT
 from tests.data_pipeline.conftest import RangeServer
 from tests.integration.runs import PRETRAIN
+from txl_dist.engine.checkpoint import load_trusted
 from txl_dist.export import ExportError, export
 
 STAGES = (0, 2, 3)
@@ -123,10 +124,11 @@ def poisoned_copy(out: Path, stage: int, tmp_path: Path) -> tuple[Path, Path]:
     # ZeRO 0: the module weights; ZeRO 2/3: DeepSpeed's optimizer partition.
     pattern = "mp_rank_00_model_states.pt" if stage == 0 else "*optim_states.pt"
     (target,) = tag.glob(pattern)
-    state = torch.load(target, map_location="cpu", weights_only=False)  # our own file
+    state = load_trusted(str(target))  # mmapped: the poisoned copy replaces, never overwrites
     marker = tmp_path / "pwned"
     state["extra"] = Payload(marker)
-    torch.save(state, target)
+    torch.save(state, target.with_suffix(".tmp"))
+    target.with_suffix(".tmp").replace(target)
     return copy, marker
 
 
