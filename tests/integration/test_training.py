@@ -251,7 +251,10 @@ def test_sigterm_to_one_rank_checkpoints_exits_0_and_resumes(wikitext, tmp_path)
     [
         ("train.max_step=5", "unknown key train.max_step (did you mean train.max_steps?)"),
         ("optim.lr=fast", "optim.lr must be float"),
-        ("train.global_rows=6", "train.global_rows=6 must equal world size 1"),
+        (
+            "deepspeed.gradient_accumulation_steps=3",
+            "train.global_rows=8 must equal world size 1",
+        ),
     ],
 )
 def test_bad_config_fails_before_any_process_group(wikitext, tmp_path, override, message):
