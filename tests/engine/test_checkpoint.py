@@ -20,7 +20,7 @@ def state(step=10, world_size=2, **changes) -> CheckpointState:
     return CheckpointState(**{**values, **changes})
 
 
-def fake_checkpoint(directory, step, world_size, rows_per_rank, complete=True):
+def fake_checkpoint(directory, step, world_size, rows_per_rank, complete=True, run_id="r1"):
     tag = directory / checkpoint.tag_for(step)
     tag.mkdir(parents=True)
     for rank in range(world_size):
@@ -32,7 +32,8 @@ def fake_checkpoint(directory, step, world_size, rows_per_rank, complete=True):
             tag / f"memory_rank{rank}.pt",
         )
     if complete:
-        (tag / checkpoint.CLIENT_FILE).write_text(state(step, world_size).to_json())
+        client = state(step, world_size, run_id=run_id)
+        (tag / checkpoint.CLIENT_FILE).write_text(client.to_json())
         (directory / checkpoint.LATEST).write_text(tag.name)
 
 
@@ -47,13 +48,17 @@ def test_resume_auto_finds_latest_and_nothing_when_fresh(tmp_path):
         checkpoint.find_resume_point(str(tmp_path / "nowhere"), "unused")
 
 
-def test_prune_keeps_the_last_k_and_removes_partial_leftovers(tmp_path):
+def test_prune_keeps_the_last_k_of_this_run_and_removes_partial_leftovers(tmp_path):
+    for step in (1, 2):  # a run this one was resumed from: its checkpoints are not ours
+        fake_checkpoint(tmp_path, step, 1, 2, run_id="other")
     for step in (10, 20, 30):
         fake_checkpoint(tmp_path, step, 1, 2)
     fake_checkpoint(tmp_path, 25, 1, 2, complete=False)  # a save that crashed midway
     (tmp_path / checkpoint.LATEST).write_text("global_step30")
-    checkpoint.prune(str(tmp_path), keep_last=2)
+    checkpoint.prune(str(tmp_path), keep_last=2, run_id="r1")
     assert sorted(p.name for p in tmp_path.glob("global_step*")) == [
+        "global_step1",
+        "global_step2",
         "global_step20",
         "global_step30",
     ]

@@ -31,6 +31,7 @@ import torch.distributed as dist
 from txl_dist.config import ConfigError
 from txl_dist.engine.memory import MemoryBank
 
+CHECKPOINT_DIR = "checkpoints"  # inside train.out_dir
 LATEST = "latest"
 CLIENT_FILE = "txl.json"
 TAG_PATTERN = re.compile(r"^global_step(\d+)$")
@@ -87,7 +88,9 @@ class CheckpointState:
     run_id: str | None = None
     """Run id (wandb's too), kept across resumes; version 0 files may lack it."""
     requeues: int = 0
-    """How many times the run was resumed before this checkpoint."""
+    """How many times SLURM requeued the job that trained up to this checkpoint."""
+    restarts: int = 0
+    """How many times the run was resumed (any launcher) before this checkpoint."""
     slurm_job_id: str | None = None
     """The SLURM job that saved it, if any."""
     version: int = STATE_VERSION
@@ -133,14 +136,14 @@ def find_resume_point(resume: str | None, out_dir: str) -> ResumePoint | None:
     if not resume:
         return None
     if resume == "auto":
-        directory = os.path.join(out_dir, "checkpoints")
+        directory = os.path.join(out_dir, CHECKPOINT_DIR)
         if not os.path.exists(os.path.join(directory, LATEST)):
             return None
-        tag = _read_latest(directory)
+        tag = read_latest(directory)
     elif os.path.exists(os.path.join(resume, CLIENT_FILE)):
         directory, tag = os.path.split(os.path.normpath(resume))
     elif os.path.exists(os.path.join(resume, LATEST)):
-        directory, tag = resume, _read_latest(resume)
+        directory, tag = resume, read_latest(resume)
     else:
         raise FileNotFoundError(
             f"--resume {resume}: neither a checkpoint (no {CLIENT_FILE}) nor a checkpoints "
@@ -177,7 +180,7 @@ def check_resumable(point: ResumePoint, global_rows: int, vocab_sha256: str) -> 
         )
 
 
-def _read_latest(directory: str) -> str:
+def read_latest(directory: str) -> str:
     path = os.path.join(directory, LATEST)
     with open(path) as f:
         tag = f.read().strip()
@@ -281,7 +284,7 @@ def save(
     if rank == 0:
         _write_atomic(os.path.join(directory, tag, CLIENT_FILE), state.to_json())
         _write_atomic(os.path.join(directory, LATEST), tag)
-        prune(directory, keep_last)
+        prune(directory, keep_last, state.run_id)
     dist.barrier()
     return tag
 
@@ -295,20 +298,30 @@ def _write_atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def prune(directory: str, keep_last: int) -> None:
-    """Delete all but the newest `keep_last` complete checkpoints, and partial ones before them."""
-    latest = _read_latest(directory)
+def prune(directory: str, keep_last: int, run_id: str | None) -> None:
+    """Delete all but the newest `keep_last` complete checkpoints of run `run_id`, and partial
+    ones before them; another run's checkpoints (resumed from elsewhere) are not ours to delete."""
+    latest = read_latest(directory)
     latest_step = int(TAG_PATTERN.match(latest).group(1))
     tags = sorted(
         (int(m.group(1)), name) for name in os.listdir(directory) if (m := TAG_PATTERN.match(name))
     )
-    complete = [
-        name for step, name in tags if os.path.exists(os.path.join(directory, name, CLIENT_FILE))
-    ]
-    keep = set(complete[-keep_last:]) | {latest}
+    runs = {name: _run_of(os.path.join(directory, name)) for _, name in tags}
+    ours = [name for _, name in tags if runs[name] is not False and runs[name] == run_id]
+    keep = set(ours[-keep_last:]) | {latest}
     for step, name in tags:
-        if name not in keep and step <= latest_step:
+        deletable = runs[name] is False or runs[name] == run_id
+        if name not in keep and step <= latest_step and deletable:
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+def _run_of(tag_dir: str) -> str | None | bool:
+    """The run id a complete checkpoint belongs to; False for a partial one (no txl.json)."""
+    path = os.path.join(tag_dir, CLIENT_FILE)
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        return CheckpointState.from_json(f.read(), path).run_id
 
 
 def load_memories(
