@@ -394,13 +394,7 @@ class TokenStreams:
         return self.manifest.vocab_size
 
     def check_vocab(self, n_token: int) -> None:
-        """Raise VocabMismatchError unless the data's vocabulary has ``n_token`` ids."""
-        if self.manifest.vocab_size != n_token:
-            raise VocabMismatchError(
-                f"{self.url}: data has a vocabulary of {self.manifest.vocab_size} tokens, the "
-                f"model has {n_token}; set the model's n_token to {self.manifest.vocab_size} "
-                f"or prepare the data with the model's vocabulary (--vocab)"
-            )
+        check_vocab(self.manifest, self.url, n_token)
 
     def state_dict(self) -> dict:
         """Position of the next batch; O(1) and the same on every rank."""
@@ -516,3 +510,13 @@ class TokenStreams:
     def block_steps(self, block: Block) -> int:
         """Number of batches in a block."""
         return min(self.steps_per_block, self.geometry.steps - block.first_step)
+
+
+def check_vocab(manifest: Manifest, url: str, n_token: int) -> None:
+    """Raise VocabMismatchError unless the data's vocabulary has ``n_token`` ids."""
+    if manifest.vocab_size != n_token:
+        raise VocabMismatchError(
+            f"{url}: data has a vocabulary of {manifest.vocab_size} tokens, the model has "
+            f'{n_token}; set the model\'s n_token to {manifest.vocab_size} (or "auto") or '
+            "prepare the data with the model's vocabulary (--vocab)"
+        )

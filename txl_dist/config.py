@@ -107,8 +107,8 @@ class DataConfig:
     """Document order per epoch: corpus (WikiText) or a seeded shuffle (lm1b)."""
     train_split: str = "train"
     """Split trained on."""
-    valid_split: str = "valid"
-    """Split of the periodic evaluation."""
+    valid_split: str | None = "valid"
+    """Split of the periodic and final evaluation; null skips them."""
     test_split: str | None = "test"
     """Split of the final evaluation; null skips it."""
     storage_options: dict[str, Any] = dataclasses.field(default_factory=dict)

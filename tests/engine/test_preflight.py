@@ -1,0 +1,64 @@
+"""Checks before training: splits, vocabulary and out_dir, each one line naming the fix."""
+
+from pathlib import Path
+
+import pytest
+
+from data_pipeline.prepare import main as prepare_main
+from tests.conftest import REPO_ROOT
+from txl_dist.config import ConfigError, load_run_config
+from txl_dist.engine import preflight
+
+
+@pytest.fixture(scope="module")
+def data(shared_data, tmp_path_factory) -> Path:
+    """Train and valid splits (no test split) of a few real WikiText-103 paragraphs."""
+    root = tmp_path_factory.mktemp("preflight")
+    (root / "src").mkdir()
+    for split, lines in (("train", 40), ("valid", 20)):
+        with open(shared_data / "wikitext-103" / f"wiki.{split}.tokens", encoding="utf-8") as f:
+            (root / "src" / f"{split}.txt").write_text("".join(next(f) for _ in range(lines)))
+    args = ["--dataset", "text", "--source", str(root / "src"), "--out", str(root / "data")]
+    assert prepare_main([*args, "--no-progress"]) == 0
+    return root / "data"
+
+
+def config(data: Path, out_dir: Path, *overrides: str):
+    # The small vocabulary needs smaller clusters than the tiny config's.
+    settings = [f"data.path={data}", f"train.out_dir={out_dir}", "model.cutoffs=[200,500]"]
+    settings += overrides
+    return load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), settings)
+
+
+def test_prepared_splits_and_a_writable_out_dir_pass(data, tmp_path):
+    preflight.check_before_training(config(data, tmp_path / "run", "data.test_split=null"))
+    cfg = config(data, tmp_path / "run", "data.test_split=null", "data.valid_split=null")
+    preflight.check_before_training(cfg)  # every split but train may be null
+
+
+def test_a_missing_split_names_the_setting_and_how_to_skip_it(data, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        preflight.check_before_training(config(data, tmp_path / "run"))
+    message = str(err.value)
+    assert message.startswith("data.test_split=test: manifest ")
+    assert message.endswith("or skip it with --set data.test_split=null") and "\n" not in message
+
+
+def test_a_vocabulary_that_differs_from_the_model_is_refused(data, tmp_path):
+    with pytest.raises(ConfigError, match=r"data.train_split=train: .*the model has 1000"):
+        preflight.check_before_training(
+            config(data, tmp_path / "run", "data.test_split=null", "model.n_token=1000")
+        )
+
+
+def test_an_out_dir_that_cannot_be_created_is_refused(data, tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    cfg = config(data, tmp_path / "file" / "run", "data.test_split=null")
+    with pytest.raises(ConfigError, match=r"train.out_dir=.*file/run is not writable"):
+        preflight.check_before_training(cfg)
+
+
+def test_an_out_dir_without_room_for_one_checkpoint_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"GiB free, one checkpoint needs about 1048576.0 GiB"):
+        preflight.check_out_dir(str(tmp_path), 1024**5)
+    preflight.check_out_dir(str(tmp_path), 1024)

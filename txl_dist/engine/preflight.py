@@ -1,0 +1,69 @@
+"""Checks that end a bad start in seconds, before any process group or engine exists.
+
+A missing test split or a full disk used to surface after hours of training, at the final
+evaluation or the first save. Everything here reads only small files, so every rank runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from data_pipeline.errors import DataError
+from data_pipeline.shards import load_manifest, manifest_url
+from data_pipeline.streams import check_vocab
+from txl_dist.config import ConfigError, RunConfig
+from txl_dist.model.accounting import ZERO_STAGES, build_on_meta, count_parameters
+
+# Model-state bytes per parameter that one checkpoint holds over all ranks: the weights plus
+# fp32 master weights and Adam's two moments (ZeRO-0's mixed-precision figure).
+CHECKPOINT_BYTES_PER_PARAMETER = ZERO_STAGES[0](1)
+
+
+def check_before_training(config: RunConfig) -> None:
+    """Raise ConfigError naming the setting and the fix for the first problem found."""
+    check_splits(config)
+    check_out_dir(config.train.out_dir, checkpoint_bytes(config))
+
+
+def check_splits(config: RunConfig) -> None:
+    """Every configured split is prepared, readable and has the model's vocabulary."""
+    data = config.data
+    for key in ("train_split", "valid_split", "test_split"):
+        split = getattr(data, key)
+        if split is None:
+            continue
+        url = manifest_url(data.path, split)
+        skip = "" if key == "train_split" else f", or skip it with --set data.{key}=null"
+        try:
+            manifest = load_manifest(url, data.storage_options)
+            check_vocab(manifest, url, config.model.n_token)
+        except DataError as err:
+            raise ConfigError(f"data.{key}={split}: {err}{skip}") from err
+
+
+def checkpoint_bytes(config: RunConfig) -> float:
+    """An estimate of one checkpoint's size: model states of every parameter."""
+    parameters, _ = count_parameters(build_on_meta(config.model))
+    return parameters * CHECKPOINT_BYTES_PER_PARAMETER
+
+
+def check_out_dir(out_dir: str, needed_bytes: float) -> None:
+    """out_dir can be created, written, and has room for one checkpoint."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as err:
+        raise ConfigError(
+            f"train.out_dir={out_dir} is not writable ({err.strerror}); choose another with "
+            "--set train.out_dir=DIR"
+        ) from err
+    free = shutil.disk_usage(out_dir).free
+    if free < needed_bytes:
+        gib = 1024**3
+        raise ConfigError(
+            f"train.out_dir={out_dir} has {free / gib:.1f} GiB free, one checkpoint needs about "
+            f"{needed_bytes / gib:.1f} GiB; free space or choose another train.out_dir"
+        )
