@@ -54,6 +54,24 @@ def test_a_directory_without_metrics_is_a_clear_error(tmp_path, capsys):
     assert "metrics.jsonl not found" in capsys.readouterr().err
 
 
+def test_draws_only_the_latest_run_or_the_one_asked_for_with_its_restarts(tmp_path, capsys):
+    # Run "a" trained 10 steps; run "b" started later in the same directory (--overwrite moves
+    # the old run aside, but older files may mix runs), restarted once at step 4.
+    rows = [dict(step=s, loss=9.0, lr=1.0, run_id="a", restart=0) for s in range(1, 11)]
+    rows += [dict(step=s, loss=5.0, lr=2.0, run_id="b", restart=0) for s in range(1, 6)]
+    rows += [dict(step=s, loss=4.0, lr=2.0, run_id="b", restart=1) for s in range(4, 8)]
+    rows.append(dict(step=7, split="valid", ppl=50.0, run_id="b", restart=1))
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    latest = read_metrics(str(path))
+    assert latest.run_id == "b" and latest.loss.xy()[0] == list(range(1, 8))
+    assert latest.loss.points[4] == 4.0 and latest.restarts == [4]
+    older = read_metrics(str(path), "a")
+    assert older.loss.xy() == (list(range(1, 11)), [9.0] * 10) and older.restarts == []
+    assert main([str(tmp_path), "--run", "c"]) == 1
+    assert "holds no run c (runs: a, b)" in capsys.readouterr().err
+
+
 # ---- sweeps ----
 
 

@@ -5,7 +5,9 @@
     python -m txl_dist.report ...
 
 A run: four panels against the step: training loss, evaluation perplexity (one line per split),
-learning rate and training tokens/s. A resumed run may log a step again; the later record wins.
+learning rate and training tokens/s, with a dashed line where the run was restarted. A resumed
+run may log a step again; the later record wins. Only one run is drawn: the directory's latest
+(the run of the last row), or `--run ID`.
 Sweeps (`txl-eval --sweep-mem-len ... --out FILE.csv`): perplexity against the swept context
 (attention length, or clamp length), one line per model, each model's effective context marked.
 Needs matplotlib: pip install 'txl-dist[plot]'.
@@ -49,23 +51,36 @@ class RunMetrics:
     tokens_per_s: Series = field(default_factory=Series)
     ppl: dict[str, Series] = field(default_factory=dict)
     """Evaluation perplexity per split."""
+    run_id: str | None = None
+    """The run drawn (None: rows from before runs had ids)."""
+    restarts: list[int] = field(default_factory=list)
+    """First step logged by each restart of the run."""
 
 
-def read_metrics(path: str) -> RunMetrics:
-    """Training rows (loss, lr, tokens_per_s) and evaluation rows (split, ppl) of a run."""
-    metrics = RunMetrics()
+def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
+    """Training rows (loss, lr, tokens_per_s) and evaluation rows (split, ppl) of one run: run_id,
+    or the run of the file's last row."""
     with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            step = row["step"]
-            if "split" in row:
-                metrics.ppl.setdefault(row["split"], Series()).add(step, row.get("ppl"))
-            else:
-                metrics.loss.add(step, row.get("loss"))
-                metrics.lr.add(step, row.get("lr"))
-                metrics.tokens_per_s.add(step, row.get("tokens_per_s"))
+        rows = [json.loads(line) for line in f if line.strip()]
+    runs = [row.get("run_id") for row in rows]
+    if run_id is not None and run_id not in runs:
+        known = ", ".join(dict.fromkeys(r for r in runs if r)) or "none"
+        raise ValueError(f"{path} holds no run {run_id} (runs: {known})")
+    metrics = RunMetrics(run_id=run_id or (runs[-1] if runs else None))
+    restart = 0
+    for row in rows:
+        if row.get("run_id") != metrics.run_id:
+            continue
+        step = row["step"]
+        if row.get("restart", 0) != restart:
+            restart = row.get("restart", 0)
+            metrics.restarts.append(step)
+        if "split" in row:
+            metrics.ppl.setdefault(row["split"], Series()).add(step, row.get("ppl"))
+        else:
+            metrics.loss.add(step, row.get("loss"))
+            metrics.lr.add(step, row.get("lr"))
+            metrics.tokens_per_s.add(step, row.get("tokens_per_s"))
     return metrics
 
 
@@ -86,6 +101,8 @@ def plot(metrics: RunMetrics, out: str, title: str) -> None:
         for label, s in series.items():
             steps, values = s.xy()
             ax.plot(steps, values, marker="o" if len(steps) < 30 else None, label=label)
+        for step in metrics.restarts:
+            ax.axvline(step, color="grey", linestyle="--", linewidth=1)
         ax.set_title(name)
         ax.grid(alpha=0.3)
         if series:
@@ -158,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         "--threshold", type=float, default=RECL_THRESHOLD,
         help="--sweep: effective-context threshold, as txl-eval's (default 0.01)",
     )  # fmt: skip
+    parser.add_argument("--run", metavar="ID", help="the run to draw (default: the latest)")
     parser.add_argument("--out", help=f"PNG to write (default RUN_DIR/{REPORT_FILE})")
     args = parser.parse_args(argv)
     if (args.run_dir is None) == (args.sweep is None):
@@ -173,8 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.exists(path):
         print(f"txl-report: error: {path} not found: pass a run directory", file=sys.stderr)
         return 1
+    try:
+        metrics = read_metrics(path, args.run)
+    except ValueError as err:
+        print(f"txl-report: error: {err}", file=sys.stderr)
+        return 1
     out = args.out or os.path.join(args.run_dir, REPORT_FILE)
-    plot(read_metrics(path), out, os.path.basename(os.path.abspath(args.run_dir)))
+    title = os.path.basename(os.path.abspath(args.run_dir))
+    plot(metrics, out, f"{title} (run {metrics.run_id})" if metrics.run_id else title)
     print(f"wrote {out}")
     return 0
 

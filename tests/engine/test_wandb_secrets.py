@@ -55,7 +55,7 @@ def test_offline_run_files_hold_no_secret_from_config_or_argv(home, tmp_path, mo
         },
         "train": {"max_steps": 3},
     }
-    metrics = Metrics(str(tmp_path / "run"), enabled=True)
+    metrics = Metrics(str(tmp_path / "run"), enabled=True, run={"run_id": "r1", "restart": 0})
     (tmp_path / "run").mkdir()
     metrics.start_wandb(WandbConfig(mode="offline"), str(tmp_path / "run"), config, "abc123")
     assert metrics.wandb is not None

@@ -70,9 +70,10 @@ def has_wandb_credentials() -> bool:
 class Metrics:
     """Writes records on rank 0; other ranks' calls do nothing."""
 
-    def __init__(self, out_dir: str, enabled: bool):
+    def __init__(self, out_dir: str, enabled: bool, run: dict[str, Any]):
         self.enabled = enabled
         self.path = os.path.join(out_dir, "metrics.jsonl")
+        self.run = run  # written into every metrics.jsonl row
         self.wandb = None
 
     def start_wandb(self, cfg: WandbConfig, out_dir: str, config: dict, run_id: str) -> None:
@@ -104,13 +105,19 @@ class Metrics:
         message = redact_text(repr(err))
         print(f"[txl-dist] wandb disabled after an error: {message}", file=sys.stderr, flush=True)
         self.wandb = None
+        try:  # now, quietly: wandb's own exit hook would print a traceback of the same error
+            import wandb
+
+            wandb.teardown()
+        except Exception:  # noqa: BLE001, S110 - already reported above
+            pass
 
     def log(self, record: dict[str, Any], line: str | None = None) -> None:
         if not self.enabled:
             return
         record = {k: v for k, v in record.items() if v is not None}
         with open(self.path, "a") as f:
-            f.write(json.dumps({**record, "time": time.time()}) + "\n")
+            f.write(json.dumps({**record, **self.run, "time": time.time()}) + "\n")
         if line:
             print(line, flush=True)
         if self.wandb is not None:
