@@ -1,6 +1,9 @@
 """StopRequest: all ranks agree on stopping and on whether train.max_wallclock caused it."""
 
 import signal
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -17,9 +20,9 @@ CPU = torch.device("cpu")
 def default_handlers():
     """Each test starts with no signal caught and leaves pytest's handlers as they were."""
     saved = {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS}
-    signals._received = None
+    signals._received = signals._first_interrupt = None
     yield
-    signals._received = None
+    signals._received = signals._first_interrupt = None
     for sig, handler in saved.items():
         signal.signal(sig, handler)
 
@@ -70,3 +73,24 @@ def test_ranks_agree_on_the_reason(tmp_path):
         assert [results[r][:2] for r in (0, 1)] == [(True, wallclock)] * 2
     assert results[0][2] == "SIGTERM received"
     assert results[1][2] == "a stop signal on another rank"
+
+
+def test_ctrl_c_stops_like_sigterm_and_a_later_second_one_exits_at_once():
+    # In a child process: the second Ctrl-C really ends the process.
+    script = textwrap.dedent(
+        """
+        import signal, sys, time
+        from txl_dist.engine import signals
+        signals.catch_stop_signals()
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)  # a launcher forwarding the same Ctrl-C
+        print(signals._received, flush=True)
+        time.sleep(signals.INTERRUPT_REPEAT_S + 0.1)
+        signal.raise_signal(signal.SIGINT)
+        print("survived", flush=True)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.stdout == "SIGINT\n"
+    assert proc.returncode == -signal.SIGINT
+    assert proc.stderr == "[txl-dist] second Ctrl-C: exiting without a checkpoint\n"

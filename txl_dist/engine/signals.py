@@ -1,9 +1,13 @@
-"""SIGTERM / SIGUSR1 -> every rank agrees to checkpoint and stop at the same step.
+"""SIGTERM / SIGUSR1 / Ctrl-C -> every rank agrees to checkpoint and stop at the same step.
 
 A signal may reach one rank only (a scheduler, a user's kill); the handler only sets a flag, and
 each step all ranks max-reduce their flags, so they all stop after the same step. They reduce
 a second flag for train.max_wallclock, so that all ranks also agree on why they stop: a signal on
 any rank wins over the deadline (`wallclock` is then False).
+
+Ctrl-C (SIGINT) is a stop signal too, so an interrupted run keeps its work; a second Ctrl-C
+exits at once. Launchers forward the terminal's SIGINT to their ranks (torchrun sends it again),
+so SIGINTs within INTERRUPT_REPEAT_S of the first count as the same Ctrl-C.
 
 Signals are caught from the first line of launch/pretrain.py on (catch_stop_signals), before
 the slow imports: a scheduler's warning can come at any time. So this module imports torch only
@@ -12,7 +16,9 @@ where it reduces.
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -21,8 +27,10 @@ import psutil
 if TYPE_CHECKING:
     import torch
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+INTERRUPT_REPEAT_S = 1.0
 _received: str | None = None  # the process's first stop signal: signals reach processes
+_first_interrupt: float | None = None  # when the first SIGINT came (time.monotonic)
 
 
 def catch_stop_signals() -> None:
@@ -32,7 +40,16 @@ def catch_stop_signals() -> None:
 
 
 def _remember(signum, frame) -> None:
-    global _received
+    global _received, _first_interrupt
+    if signum == signal.SIGINT:
+        now = time.monotonic()
+        if _first_interrupt is None:
+            _first_interrupt = now
+        elif now - _first_interrupt >= INTERRUPT_REPEAT_S:
+            print("[txl-dist] second Ctrl-C: exiting without a checkpoint", file=sys.stderr)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+            return
     _received = _received or signal.Signals(signum).name
 
 
