@@ -12,6 +12,7 @@ from pathlib import Path
 from tests.conftest import REPO_ROOT
 
 DEEPSPEED = str(Path(sys.executable).parent / "deepspeed")
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 PRETRAIN = str(REPO_ROOT / "launch" / "pretrain.py")
 # launch/pretrain.py that also saves the engine's optimizer state when it starts and ends
 PRETRAIN_DUMPING = str(Path(__file__).with_name("pretrain_dumping.py"))
@@ -44,7 +45,9 @@ def command(
     overrides: list[str],
     resume: str | None,
     script: str = PRETRAIN,
+    launcher: str = "deepspeed",
 ):
+    """`python` for one process, else `deepspeed` (or `torchrun`) with nprocs ranks."""
     settings = [f"data.path={data}", f"train.out_dir={out_dir}", *TEST_SETTINGS, *overrides]
     args = ["--config", str(REPO_ROOT / "configs" / "tiny.json")]
     args += [arg for setting in settings for arg in ("--set", setting)]
@@ -53,15 +56,25 @@ def command(
     if nprocs == 1:
         return [sys.executable, script, *args]
     port = str(free_port())
+    if launcher == "torchrun":
+        return [TORCHRUN, "--nproc_per_node", str(nprocs), "--master_port", port, script, *args]
     return [DEEPSPEED, "--num_gpus", str(nprocs), "--master_port", port, script, *args]
 
 
 def train(
-    out_dir, data, nprocs=2, overrides=(), resume=None, timeout=900, script=PRETRAIN, env=None
+    out_dir,
+    data,
+    nprocs=2,
+    overrides=(),
+    resume=None,
+    timeout=900,
+    script=PRETRAIN,
+    env=None,
+    extra_args=(),
 ) -> subprocess.CompletedProcess:
     for _ in range(3):
         proc = subprocess.run(
-            command(out_dir, data, nprocs, list(overrides), resume, script),
+            command(out_dir, data, nprocs, list(overrides), resume, script) + list(extra_args),
             capture_output=True,
             text=True,
             timeout=timeout,

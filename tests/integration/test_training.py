@@ -6,9 +6,11 @@ process); results are read back from metrics.jsonl and the checkpoint directory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -243,6 +245,49 @@ def test_sigterm_to_one_rank_checkpoints_exits_0_and_resumes(wikitext, tmp_path)
     assert max(train_losses(out)) == step + 2
 
 
+@pytest.mark.parametrize("launcher,nprocs", [("python", 1), ("torchrun", 2), ("deepspeed", 2)])
+def test_ctrl_c_checkpoints_every_rank_and_resumes_exactly(
+    small_corpus, uninterrupted, tmp_path, launcher, nprocs
+):
+    out = tmp_path / "interrupted"
+    run = subprocess.Popen(
+        command(out, small_corpus, nprocs, HARD_RESUME, None, launcher=launcher),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO_ROOT,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.jsonl").exists() or len(train_losses(out)) < 2:
+            assert time.monotonic() < deadline and run.poll() is None, "training did not start"
+            time.sleep(0.1)
+        os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        output, _ = run.communicate(timeout=120)
+    finally:
+        _kill_group(run.pid)
+    tag = (out / "checkpoints" / checkpoint.LATEST).read_text()
+    stopped = int(tag.removeprefix("global_step"))
+    assert f"stopping at step {stopped}: SIGINT received" in output and stopped < 2 * K
+    assert {p.name for p in (out / "checkpoints" / tag).glob("memory_rank*.pt")} == {
+        f"memory_rank{r}.pt" for r in range(nprocs)
+    }
+    assert "KeyboardInterrupt" not in output  # no rank died of it
+    if launcher == "python":  # the launchers' own exit codes (and torchrun's trace) are theirs
+        assert run.returncode == 0 and "Traceback" not in output, output[-3000:]
+        return
+    train(out, small_corpus, overrides=HARD_RESUME, resume="auto")
+    resumed = [r for r in records(out) if r["step"] > stopped and r["restart"] == 1]
+    expected = [r for r in records(uninterrupted) if r["step"] > stopped]
+    assert repeated(resumed) == repeated(expected)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 # ---- config errors ----
 
 
@@ -255,6 +300,9 @@ def test_sigterm_to_one_rank_checkpoints_exits_0_and_resumes(wikitext, tmp_path)
             "deepspeed.gradient_accumulation_steps=3",
             "train.global_rows=8 must equal world size 1",
         ),
+        ("data.test_split=test", "or skip it with --set data.test_split=null"),
+        ("model.n_token=1000", "the model has 1000"),
+        ("train.out_dir=/proc/txl-run", "train.out_dir=/proc/txl-run is not writable"),
     ],
 )
 def test_bad_config_fails_before_any_process_group(wikitext, tmp_path, override, message):
@@ -267,6 +315,31 @@ def test_bad_config_fails_before_any_process_group(wikitext, tmp_path, override,
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Initializing TorchBackend" not in proc.stdout + proc.stderr
+
+
+def test_a_directory_with_another_run_is_refused_kept_or_moved_aside(
+    small_corpus, uninterrupted, tmp_path
+):
+    before = {p: p.stat().st_mtime_ns for p in uninterrupted.rglob("*")}
+    fresh = command(uninterrupted, small_corpus, 1, HARD_RESUME, None)
+    proc = subprocess.run(fresh, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "run directory error: train.out_dir" in proc.stderr
+    assert {p: p.stat().st_mtime_ns for p in uninterrupted.rglob("*")} == before
+
+    rerun = train(uninterrupted, small_corpus, 1, HARD_RESUME, resume="auto")
+    assert f"already finished: global_step{2 * K} reached train.max_steps={2 * K}" in rerun.stdout
+    assert {p: p.stat().st_mtime_ns for p in uninterrupted.rglob("*")} == before
+
+    out = tmp_path / "copy"
+    shutil.copytree(uninterrupted, out)
+    old_run = records(out)[-1]["run_id"]
+    train(out, small_corpus, 1, [*HARD_RESUME, "train.max_steps=2"], extra_args=["--overwrite"])
+    (aside,) = tmp_path.glob("copy.old-*")
+    assert (aside / "checkpoints" / "latest").read_text() == f"global_step{2 * K}"
+    assert {r["run_id"] for r in records(aside)} == {old_run}
+    assert (out / "checkpoints" / "latest").read_text() == "global_step2"
+    assert {r["run_id"] for r in records(out)} != {old_run} and len(records(out)) >= 2
 
 
 # ---- non-finite losses ----

@@ -61,8 +61,8 @@ def test_preempted_two_node_job_checkpoints_requeues_and_continues(
     assert train_losses(out) == train_losses(reference[0])  # the same sequence, bit for bit
     # Both starts log to one wandb run (the id is kept in the checkpoint), with the job's
     # requeue count and id.
-    run_id = re.search(r"run (\w+), requeues 1", log).group(1)
-    assert f"run {run_id}, requeues 0" in log
+    run_id = re.search(r"run (\w+), restarts 1, requeues 1", log).group(1)
+    assert f"run {run_id}, restarts 0, requeues 0" in log
     runs = sorted((out / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(run.name.endswith(f"-{run_id}") for run in runs)
     resumed = next(runs[1].glob("run-*.wandb")).read_bytes()

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from data_pipeline.shards import manifest_url
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import ConfigError, RunConfig, load_run_config
-from txl_dist.engine import checkpoint
+from txl_dist.engine import checkpoint, preflight, run_dir
 from txl_dist.engine.dist import World, init_distributed, world_from_env
 from txl_dist.engine.evaluate import EvalResult, evaluate
 from txl_dist.engine.memory import MemoryBank
@@ -59,6 +59,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--resume", default=None, help="auto (the run's latest) or a checkpoint path"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh even if train.out_dir holds another run: move that run aside to "
+        "OUT_DIR.old-TIME (nothing is deleted)",
     )
     parser.add_argument(
         "--stop-file",
@@ -144,13 +150,15 @@ class Trainer:
         )
         self.streams = self._streams(config.data.train_split, config.model.tgt_len, tail=False)
         self.memory = MemoryBank(accum)
-        self.metrics = Metrics(self.out_dir, enabled=world.is_main)
         self.stop = StopRequest(config.train.max_wallclock)
         self.step, self.nonfinite_in_a_row, self.skipped_steps = 0, 0, 0
         self.run_id = uuid.uuid4().hex[:12]
-        self.requeues = 0
+        self.requeues, self.restarts = 0, 0
         if self.resume_point is not None:
             self._resume(universal)
+        # Every row says which run and which start of it wrote it: txl-report draws one run.
+        run = dict(run_id=self.run_id, restart=self.restarts)
+        self.metrics = Metrics(self.out_dir, enabled=world.is_main, run=run)
         self._save_effective_config()
         self._announce_job()
         self.metrics.start_wandb(config.logging.wandb, self.out_dir, config.to_dict(), self.run_id)
@@ -195,7 +203,9 @@ class Trainer:
         self.step = client.step
         self.streams.load_state_dict(client.stream)
         self.run_id = client.run_id or self.run_id
-        self.requeues = client.requeues + 1
+        self.restarts = client.restarts + 1
+        job = os.environ.get("SLURM_JOB_ID")
+        self.requeues = client.requeues + int(job is not None and job == client.slurm_job_id)
         rows, rng = checkpoint.load_memories(point, self.rows_per_rank, self.world.rank)
         self.memory.load_rows(rows, self.device)
         if rng is not None:
@@ -218,7 +228,9 @@ class Trainer:
         where = (
             f"slurm job {job}, restart {os.environ.get('SLURM_RESTART_COUNT', 0)}; " if job else ""
         )
-        self._announce(f"{where}run {self.run_id}, requeues {self.requeues}")
+        self._announce(
+            f"{where}run {self.run_id}, restarts {self.restarts}, requeues {self.requeues}"
+        )
 
     def _save_effective_config(self) -> None:
         if self.world.is_main:
@@ -244,7 +256,7 @@ class Trainer:
             if self.step % self.config.logging.log_interval == 0:
                 self._log_train(window)
                 window = _Window()
-            if train.eval_interval and self.step % train.eval_interval == 0:
+            if self._evaluates_now():
                 self._evaluate(self.config.data.valid_split)
             stop = self.stop.agreed(self.device)
             if stop or (train.save_interval and self.step % train.save_interval == 0):
@@ -256,12 +268,16 @@ class Trainer:
                 return self.stop.reason()
         if last_saved != self.step:
             self._save()
-        if not (train.eval_interval and self.step % train.eval_interval == 0):
+        if self.config.data.valid_split and not self._evaluates_now():
             self._evaluate(self.config.data.valid_split)
         if self.config.data.test_split:
             self._evaluate(self.config.data.test_split)
         self._finish()
         return None
+
+    def _evaluates_now(self) -> bool:
+        interval = self.config.train.eval_interval
+        return bool(self.config.data.valid_split and interval and self.step % interval == 0)
 
     def _train_step(self, input_ids: torch.Tensor, targets: torch.Tensor) -> float:
         """One optimizer step over all slots; returns the loss averaged over ranks."""
@@ -383,6 +399,7 @@ class Trainer:
             vocab_sha256=self.streams.manifest.vocab_sha256,
             run_id=self.run_id,
             requeues=self.requeues,
+            restarts=self.restarts,
             slurm_job_id=os.environ.get("SLURM_JOB_ID"),
         )
         tag = checkpoint.save(
@@ -437,13 +454,16 @@ def main(argv: list[str] | None = None) -> None:
     try:
         config = load_run_config(args.config, args.set)
         micro, accum = config.batch_layout(world.world_size)
-    except ConfigError as err:  # before any process group: one clear line, no traceback
-        print(f"config error: {err}", file=sys.stderr)
-        sys.exit(2)
-    try:
+        if args.resume is None:
+            run_dir.claim(config.train.out_dir, args.overwrite, world.is_main)
+        elif _already_finished(args.resume, config, world):
+            return
+        preflight.check_before_training(config)
         trainer = Trainer(config, world, micro, accum, args.resume)
-    except checkpoint.UnsafeCheckpointError as err:  # refused before anything was unpickled
-        print(f"checkpoint error: {err}", file=sys.stderr)
+    except tuple(STARTUP_ERRORS) as err:  # one clear line from rank 0, exit 2; others quiet
+        if world.is_main:
+            kind = next(name for cls, name in STARTUP_ERRORS.items() if isinstance(err, cls))
+            print(f"{kind}: {err}", file=sys.stderr, flush=True)
         sys.exit(2)
     stopped_early = trainer.run()
     if stopped_early and args.stop_file and world.is_main:
@@ -451,6 +471,28 @@ def main(argv: list[str] | None = None) -> None:
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+# Errors found before training starts, and how their one line begins.
+STARTUP_ERRORS = {
+    ConfigError: "config error",
+    run_dir.RunDirError: "run directory error",
+    checkpoint.UnsafeCheckpointError: "checkpoint error",  # refused before anything unpickled
+}
+
+
+def _already_finished(resume: str, config: RunConfig, world: World) -> bool:
+    """A rerun of a run that reached train.max_steps says so instead of starting ranks."""
+    point = checkpoint.find_resume_point(resume, config.train.out_dir)
+    if point is None or point.client.step < config.train.max_steps:
+        return False
+    if world.is_main:
+        print(
+            f"[txl-dist] run {point.client.run_id} already finished: {point.tag} reached "
+            f"train.max_steps={config.train.max_steps}; raise train.max_steps to train further",
+            flush=True,
+        )
+    return True
 
 
 def _write_stop_file(path: str, step: int, reason: str, ckpt_dir: str) -> None:
