@@ -90,3 +90,27 @@ def test_weights_of_another_config_are_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**config, "n_layer": 3}))
     with pytest.raises(ValueError, match="do not match config.json"):
         TransformerXL.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "passed,kind",
+    [
+        ("run", "a training run directory (train.out_dir)"),
+        ("run/checkpoints", "a training checkpoints directory"),
+        ("run/checkpoints/global_step5", "a training checkpoint"),
+    ],
+)
+def test_training_files_instead_of_an_export_say_how_to_export(tmp_path, passed, kind):
+    # The engine's layout: a run config beside checkpoints/ (its keys are not a model config).
+    tag = tmp_path / "run" / "checkpoints" / "global_step5"
+    tag.mkdir(parents=True)
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"model": {}, "train": {}}))
+    (tag.parent / "latest").write_text("global_step5")
+    (tag / "txl.json").write_text("{}")
+    directory = tmp_path / passed
+    with pytest.raises(FileNotFoundError) as err:
+        TransformerXL.from_pretrained(directory)
+    assert str(err.value) == (
+        f"{directory} is {kind}, not an export: turn it into one with "
+        f"`txl-export {directory} EXPORT_DIR` and pass EXPORT_DIR"
+    )

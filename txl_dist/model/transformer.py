@@ -248,6 +248,11 @@ class TransformerXL(nn.Module):
         config.json, vocab.txt and the safetensors header are checked against each other before
         the model is built, so a mismatched or edited directory fails in well under a second.
         """
+        if training_files := _training_kind(directory):
+            raise FileNotFoundError(
+                f"{directory} is {training_files}, not an export: turn it into one with "
+                f"`txl-export {directory} EXPORT_DIR` and pass EXPORT_DIR"
+            )
         config_path = os.path.join(directory, CONFIG_FILE)
         if not os.path.exists(config_path):
             raise FileNotFoundError(
@@ -270,6 +275,18 @@ class TransformerXL(nn.Module):
 
 
 VOCAB_FILE = "vocab.txt"
+
+
+def _training_kind(directory: str | os.PathLike) -> str | None:
+    """What the training engine's files in `directory` are, if it holds them instead of an export
+    (the engine's layout: checkpoints/latest, checkpoints/global_stepN/txl.json)."""
+    if os.path.isdir(os.path.join(directory, "checkpoints")):
+        return "a training run directory (train.out_dir)"
+    if os.path.exists(os.path.join(directory, "latest")):
+        return "a training checkpoints directory"
+    if os.path.exists(os.path.join(directory, "txl.json")):
+        return "a training checkpoint"
+    return None
 
 
 @contextlib.contextmanager
