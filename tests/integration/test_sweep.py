@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from data_pipeline import prepare
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
 from txl_dist import evaluate
@@ -22,23 +21,6 @@ from txl_dist.export import export
 
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 TRAIN_MEM = 64  # configs/tiny.json: model.mem_len, with same_length false in training
-
-
-@pytest.fixture(scope="module")
-def valid_prefix(shared_data, tmp_path_factory) -> Path:
-    """WikiText-103 prepared as the `wikitext` fixture (same vocabulary), valid cut to 100 kB."""
-    root = tmp_path_factory.mktemp("valid_prefix")
-    source = shared_data / "wikitext-103"
-    (root / "src").mkdir()
-    (root / "src" / "wiki.train.tokens").symlink_to(source / "wiki.train.tokens")
-    with open(source / "wiki.valid.tokens", encoding="utf-8") as f:
-        lines, size = [], 0
-        while size < 100_000:
-            lines.append(f.readline())
-            size += len(lines[-1])
-    (root / "src" / "wiki.valid.tokens").write_text("".join(lines), encoding="utf-8")
-    prepare("wikitext-103", str(root / "data"), str(root / "src"), progress=False)
-    return root / "data"
 
 
 @pytest.fixture(scope="module")
@@ -60,19 +42,19 @@ def sweep_args(models: list[Path], data: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def one_process(models, valid_prefix) -> dict:
+def one_process(models, wikitext) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "txl_dist.evaluate", *sweep_args(models, valid_prefix)],
+        [sys.executable, "-m", "txl_dist.evaluate", *sweep_args(models, wikitext)],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
 
-def test_two_ranks_sweep_like_one_process(models, valid_prefix, one_process):
+def test_two_ranks_sweep_like_one_process(models, wikitext, one_process):
     torchrun = [TORCHRUN, "--nproc_per_node", "2", "--master_port", str(free_port())]
     proc = subprocess.run(
-        [*torchrun, "-m", "txl_dist.evaluate", *sweep_args(models, valid_prefix)],
+        [*torchrun, "-m", "txl_dist.evaluate", *sweep_args(models, wikitext)],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -97,10 +79,8 @@ def test_a_model_trained_with_memory_scores_worse_without_it(models, one_process
         assert rows[0]["loss"] > rows[TRAIN_MEM]["loss"] + 5e-4, rows
 
 
-def test_a_sweep_row_is_a_plain_evaluation_at_that_length(
-    capsys, models, valid_prefix, one_process
-):
-    args = ["--model", str(models[1]), "--data", str(valid_prefix), "--split", "valid"]
+def test_a_sweep_row_is_a_plain_evaluation_at_that_length(capsys, models, wikitext, one_process):
+    args = ["--model", str(models[1]), "--data", str(wikitext), "--split", "valid"]
     args += ["--batch-size", "8", "--same-length", "false", "--mem-len", str(TRAIN_MEM)]
     assert evaluate.main([*args, "--json", "--no-progress"]) == 0
     plain = json.loads(capsys.readouterr().out)

@@ -273,7 +273,7 @@ def test_ctrl_c_checkpoints_every_rank_and_resumes_exactly(
     assert {p.name for p in (out / "checkpoints" / tag).glob("memory_rank*.pt")} == {
         f"memory_rank{r}.pt" for r in range(nprocs)
     }
-    assert "KeyboardInterrupt" not in output  # no rank died of it
+    assert not rank_tracebacks(output), output[-3000:]  # no rank died of the interrupt
     if launcher == "python":  # the launchers' own exit codes (and torchrun's trace) are theirs
         assert run.returncode == 0 and "Traceback" not in output, output[-3000:]
         return
@@ -281,6 +281,12 @@ def test_ctrl_c_checkpoints_every_rank_and_resumes_exactly(
     resumed = [r for r in records(out) if r["step"] > stopped and r["restart"] == 1]
     expected = [r for r in records(uninterrupted) if r["step"] > stopped]
     assert repeated(resumed) == repeated(expected)
+
+
+def rank_tracebacks(output: str) -> list[str]:
+    """Tracebacks printed by ranks (the launchers' own, of their interrupt, are theirs)."""
+    blocks = output.split("Traceback (most recent call last):")[1:]
+    return [b for b in blocks if "pretrain.py" in b or "txl_dist" in b]
 
 
 def _kill_group(pgid: int) -> None:
