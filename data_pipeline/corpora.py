@@ -43,7 +43,8 @@ import fsspec
 import numpy as np
 from tqdm import tqdm
 
-from data_pipeline.errors import ChecksumError, CorpusFormatError, SourceUnreachableError
+from data_pipeline.errors import ChecksumError, CorpusFormatError, SourceUnreachableError, reading
+from data_pipeline.redact import redact_text
 from data_pipeline.vocab import EOS, SENTENCE, UNK_LM1B, UNK_WIKI
 from data_pipeline.wordids import has_exotic_space, split_ids
 
@@ -191,17 +192,13 @@ def download(fs, path: str, local: Path, url: str) -> None:
     """Copy a remote file to ``local`` with a progress bar (atomically, via a .part file)."""
     local.parent.mkdir(parents=True, exist_ok=True)
     part = local.with_name(local.name + ".part")
-    try:
+    with reading("source", url):
         size = fs.size(path)
         bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"download {local.name}")
         with fs.open(path, "rb") as src, part.open("wb") as dst, bar:
             while block := src.read(1 << 22):
                 dst.write(block)
                 bar.update(len(block))
-    except FileNotFoundError as err:
-        raise SourceUnreachableError(f"source {url} not found") from err
-    except OSError as err:
-        raise SourceUnreachableError(f"cannot download {url}: {err}") from err
     part.replace(local)
 
 
@@ -324,11 +321,9 @@ def split_files(
 ) -> dict[str, list[str]]:
     """Map each split present in ``source`` to its files (fsspec URLs, sorted)."""
     fs, root = fsspec.core.url_to_fs(source, **(storage_options or {}))
-    try:
+    with reading("source", source):
         is_dir = fs.isdir(root)
         files = sorted(fs.find(root)) if is_dir else [root] if fs.exists(root) else []
-    except OSError as err:
-        raise SourceUnreachableError(f"cannot list source {source}: {err}") from err
     if not files:
         raise SourceUnreachableError(f"source {source} does not exist or holds no files")
     kind = family(dataset)
@@ -443,12 +438,8 @@ def chunk_kind(dataset: str, text_docs: str = "block") -> str:
 
 def read_range(fs, path: str, start: int, stop: int, url: str) -> bytes:
     """Bytes [start, stop) of a corpus file, with read failures as DataErrors."""
-    try:
+    with reading("corpus file", url):
         return fs.cat_file(path, start, stop)
-    except FileNotFoundError as err:
-        raise SourceUnreachableError(f"corpus file {url} not found") from err
-    except OSError as err:
-        raise SourceUnreachableError(f"cannot read corpus file {url}: {err}") from err
 
 
 def boundary_at_or_after(fs, path: str, url: str, kind: str, pos: int, end: int) -> int:
@@ -480,22 +471,10 @@ def usable_end(fs, path: str, url: str, kind: str) -> int:
         starts = [m.start() for m in TITLE_BOUNDARY.finditer(data, 0 if lo == 0 else CONTEXT)]
         if starts or lo == 0:
             end = lo + starts[-1] if starts else 0
-            log.warning("%s does not end with a newline: dropped its last, cut article", url)
+            shown = redact_text(url)
+            log.warning("%s does not end with a newline: dropped its last, cut article", shown)
             return end
         window *= 4
-
-
-def document_ranges(
-    url: str, kind: str, piece_bytes: int, storage_options: dict | None = None
-) -> list[tuple[str, int, int, int]]:
-    """Nominal (url, start, stop, end) pieces of a file; ``end`` is its usable size."""
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    try:
-        end = usable_end(fs, path, url, kind)
-    except FileNotFoundError as err:
-        raise SourceUnreachableError(f"corpus file {url} not found") from err
-    step = end if kind == "text-file" else piece_bytes
-    return [(url, a, min(a + step, end), end) for a in range(0, end, max(step, 1))]
 
 
 # ---------------------------------------------------------------- tokenization

@@ -29,7 +29,6 @@ import posixpath
 import re
 import tarfile
 import zlib
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import fsspec
@@ -43,8 +42,8 @@ from data_pipeline.errors import (
     ShardCorruptError,
     ShardMissingError,
     ShardTruncatedError,
-    SourceUnreachableError,
     VocabMismatchError,
+    reading,
 )
 from data_pipeline.vocab import Vocab
 
@@ -119,7 +118,7 @@ class Manifest:
         return json.dumps(asdict(self), indent=1)
 
     @classmethod
-    def from_json(cls, text: str, url: str) -> Manifest:
+    def from_json(cls, text: str | bytes, url: str) -> Manifest:
         """Parse a manifest, refusing unknown format versions."""
         try:
             raw = json.loads(text)
@@ -193,30 +192,19 @@ def _check_shard(shard: ShardInfo, where: str) -> None:
         )
 
 
-@contextlib.contextmanager
-def reading(url: str, what: str) -> Iterator[None]:
-    """Missing or unreachable files as DataErrors naming the ``what`` (shard...) at ``url``."""
-    try:
-        yield
-    except FileNotFoundError as err:
-        raise (ShardMissingError if what == "shard" else ManifestError)(
-            f"{what} {url} not found; run txl-prepare to (re)create it"
-        ) from err
-    except OSError as err:
-        raise SourceUnreachableError(f"cannot read {what} {url}: {err}") from err
-
-
-def read_bytes(url: str, storage_options: dict | None = None, what: str = "file") -> bytes:
-    """All bytes of ``url``, with missing/unreachable turned into DataErrors."""
-    with reading(url, what):
-        # cat_file, not open(): fsspec's HTTP open() reports a refused connection as not found.
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        return fs.cat_file(path)
+def reading_prepared(what: str, url: str) -> contextlib.AbstractContextManager[None]:
+    """``reading`` a shard or manifest: missing means txl-prepare has to (re)create it."""
+    missing = ShardMissingError if what == "shard" else ManifestError
+    return reading(what, url, missing, "; run txl-prepare to (re)create it")
 
 
 def load_manifest(url: str, storage_options: dict | None = None) -> Manifest:
     """Read and parse a manifest."""
-    return Manifest.from_json(read_bytes(url, storage_options, "manifest").decode(), url)
+    with reading_prepared("manifest", url):
+        # cat_file, not open(): fsspec's HTTP open() reports a refused connection as not found.
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        data = fs.cat_file(path)
+    return Manifest.from_json(data, url)
 
 
 def shard_url(manifest_url_: str, shard: ShardInfo) -> str:
@@ -398,14 +386,14 @@ def verify_shard(url: str, shard: ShardInfo, vocab_size: int, storage_options: d
     """Size (asked first: the file may be anything, any size), then one pass over the bytes for
     the sha256 and each sample's checks; a checksum mismatch names the first bad sample."""
     fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    with reading(url, "shard"):
+    with reading_prepared("shard", url):
         size = fs.size(path)
     if size != shard.bytes:
         raise (ShardTruncatedError if size < shard.bytes else ShardCorruptError)(
             f"{url}: {size} bytes, the manifest says {shard.bytes}; re-run txl-prepare"
         )
     with (
-        reading(url, "shard"),
+        reading_prepared("shard", url),
         fs.open(path, "rb", block_size=READ_BYTES, cache_type="readahead") as f,
     ):
         digest, bad = scan_shard(f, shard, vocab_size, url)

@@ -16,7 +16,7 @@ import types
 import typing
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from txl_dist.redact import redact, redact_text
+from data_pipeline.redact import redact, redact_text
 
 if TYPE_CHECKING:
     from txl_dist.model.config import TXLConfig
