@@ -2,7 +2,8 @@
 
 Sources (``--source``): a local path or any fsspec URL naming a directory, a single file, or an
 archive (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``). Archives are downloaded into a cache
-directory (checked against a checksum when one is known or given) and extracted there once.
+directory (checked against a checksum when one is known or given), and the split files the
+dataset needs (below) are extracted there once.
 Without ``--source`` the dataset's official archive is used, checked against its published
 checksum (``OFFICIAL_SOURCES``).
 
@@ -228,7 +229,7 @@ class ArchiveLimits:
     max_bytes: int = field(
         default_factory=lambda: int(os.environ.get("TXL_ARCHIVE_MAX_BYTES", 16 << 30))
     )
-    """Total uncompressed bytes (lm1b's archive holds about 4.2 GB)."""
+    """Uncompressed bytes of the split files extracted (lm1b's are about 4.2 GB)."""
     max_members: int = field(
         default_factory=lambda: int(os.environ.get("TXL_ARCHIVE_MAX_MEMBERS", 10_000))
     )
