@@ -229,7 +229,7 @@ class ArchiveLimits:
     max_bytes: int = field(
         default_factory=lambda: int(os.environ.get("TXL_ARCHIVE_MAX_BYTES", 16 << 30))
     )
-    """Uncompressed bytes of the split files extracted (lm1b's are about 4.2 GB)."""
+    """Uncompressed bytes of the split files extracted (lm1b's whole archive holds 4.2 GB)."""
     max_members: int = field(
         default_factory=lambda: int(os.environ.get("TXL_ARCHIVE_MAX_MEMBERS", 10_000))
     )
