@@ -1,6 +1,7 @@
 """The run config: every mistake is named with the key to change, before anything starts."""
 
 import json
+import traceback
 
 import pytest
 
@@ -48,6 +49,10 @@ def test_n_token_auto_reads_the_vocabulary_size_of_the_data(tmp_path, shared_dat
     assert config.model.n_token == vocab_size
     with pytest.raises(ConfigError, match=r"model\.n_token=auto .* not found.* txl-prepare"):
         load_run_config(tiny_config, [f"data.path={tmp_path / 'missing'}"])
+    unreachable = "http://alice:SECRET_7@127.0.0.1:1/data"  # port 1: refused at once
+    with pytest.raises(ConfigError, match=r"model\.n_token=auto .* http://\*\*\*@127") as err:
+        load_run_config(tiny_config, [f"data.path={unreachable}"])
+    assert "SECRET_7" not in "".join(traceback.format_exception(err.value))
 
 
 @pytest.mark.parametrize(

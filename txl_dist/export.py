@@ -181,7 +181,7 @@ def load_vocab(ckpt: Checkpoint, path: str | None, storage_options: dict | None 
     except DataError as err:
         raise ExportError(
             f"vocabulary {redact_text(url)} of the run's data.path not found "
-            f"({redact_text(str(err))}); pass --vocab FILE (and --storage-option KEY=VALUE)"
+            f"({err}); pass --vocab FILE (and --storage-option KEY=VALUE)"
         ) from err
     expected = ckpt.point.client.vocab_sha256
     if vocab.sha256 != expected or len(vocab) != ckpt.config.model.n_token:
