@@ -392,9 +392,11 @@ def verify_shard(url: str, shard: ShardInfo, vocab_size: int, storage_options: d
         raise (ShardTruncatedError if size < shard.bytes else ShardCorruptError)(
             f"{url}: {size} bytes, the manifest says {shard.bytes}; re-run txl-prepare"
         )
+    # Over HTTP one plain GET read as a stream (no range support needed); elsewhere block reads.
+    block_size = 0 if "http" in fs.protocol else READ_BYTES
     with (
         reading_prepared("shard", url),
-        fs.open(path, "rb", block_size=READ_BYTES, cache_type="readahead") as f,
+        fs.open(path, "rb", block_size=block_size, cache_type="readahead") as f,
     ):
         digest, bad = scan_shard(f, shard, vocab_size, url)
     if digest != shard.sha256:
@@ -414,9 +416,13 @@ def scan_shard(f, shard: ShardInfo, vocab_size: int, url: str) -> tuple[str, Dat
     """
     digest, pos, bad = hashlib.sha256(), 0, None
 
-    def read(n: int) -> bytes:
+    def read(n: int) -> bytes:  # n bytes, fewer only at the end (a stream may return less)
         nonlocal pos
-        data = f.read(n)
+        parts = []
+        while n > 0 and (part := f.read(n)):
+            parts.append(part)
+            n -= len(part)
+        data = b"".join(parts)
         digest.update(data)
         pos += len(data)
         return data
