@@ -2,7 +2,8 @@
 
 Sources (``--source``): a local path or any fsspec URL naming a directory, a single file, or an
 archive (``.zip``, ``.tar``, ``.tar.gz``, ``.tgz``). Archives are downloaded into a cache
-directory (checked against a checksum when one is known or given) and extracted there once.
+directory (checked against a checksum when one is known or given), and the split files the
+dataset needs (below) are extracted there once.
 Without ``--source`` the dataset's official archive is used, checked against its published
 checksum (``OFFICIAL_SOURCES``).
 
@@ -43,7 +44,8 @@ import fsspec
 import numpy as np
 from tqdm import tqdm
 
-from data_pipeline.errors import ChecksumError, CorpusFormatError, SourceUnreachableError
+from data_pipeline.errors import ChecksumError, CorpusFormatError, SourceUnreachableError, reading
+from data_pipeline.redact import redact_text
 from data_pipeline.vocab import EOS, SENTENCE, UNK_LM1B, UNK_WIKI
 from data_pipeline.wordids import has_exotic_space, split_ids
 
@@ -158,7 +160,7 @@ def resolve_source(
     if not source.endswith(ARCHIVE_SUFFIXES):
         return source
     archive = fetch(source, Path(cache_dir), expected, storage_options or {})
-    return str(extract(archive, Path(cache_dir)))
+    return str(extract(archive, Path(cache_dir), dataset))
 
 
 def fetch(url: str, cache: Path, expected: tuple[str, str] | None, storage_options: dict) -> Path:
@@ -191,17 +193,13 @@ def download(fs, path: str, local: Path, url: str) -> None:
     """Copy a remote file to ``local`` with a progress bar (atomically, via a .part file)."""
     local.parent.mkdir(parents=True, exist_ok=True)
     part = local.with_name(local.name + ".part")
-    try:
+    with reading("source", url):
         size = fs.size(path)
         bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"download {local.name}")
         with fs.open(path, "rb") as src, part.open("wb") as dst, bar:
             while block := src.read(1 << 22):
                 dst.write(block)
                 bar.update(len(block))
-    except FileNotFoundError as err:
-        raise SourceUnreachableError(f"source {url} not found") from err
-    except OSError as err:
-        raise SourceUnreachableError(f"cannot download {url}: {err}") from err
     part.replace(local)
 
 
@@ -231,28 +229,30 @@ class ArchiveLimits:
     max_bytes: int = field(
         default_factory=lambda: int(os.environ.get("TXL_ARCHIVE_MAX_BYTES", 16 << 30))
     )
-    """Total uncompressed bytes (lm1b's archive holds about 4.2 GB)."""
+    """Uncompressed bytes of the split files extracted (lm1b's whole archive holds 4.2 GB)."""
     max_members: int = field(
         default_factory=lambda: int(os.environ.get("TXL_ARCHIVE_MAX_MEMBERS", 10_000))
     )
     """Members (lm1b's archive holds a few hundred)."""
 
 
-def extract(archive: Path, cache: Path, limits: ArchiveLimits | None = None) -> Path:
-    """Extract ``archive`` into the cache once; the ``.done`` marker holds the archive's sha256.
+def extract(archive: Path, cache: Path, dataset: str, limits: ArchiveLimits | None = None) -> Path:
+    """Extract the split files ``dataset`` needs from ``archive`` into the cache, once.
 
-    Extraction goes to a temporary directory that is renamed when complete; a marker whose
-    digest is not the archive's (another archive, or a planted marker) means extract again.
+    The ``.done`` marker holds the archive's sha256. Extraction goes to a temporary directory
+    that is renamed when complete; a marker whose digest is not the archive's (another archive,
+    or a planted marker) means extract again.
     """
+    kind = family(dataset)
     digest = file_digest(archive)
-    target = cache / f"{digest[:16]}-{archive.name}.d"
+    target = cache / f"{digest[:16]}-{kind}-{archive.name}.d"
     done = target / ".done"
     if done.exists() and done.read_text().strip() == digest:
         return target
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=cache))
     try:
-        _extract_checked(archive, tmp, limits or ArchiveLimits())
+        _extract_checked(archive, tmp, kind, limits or ArchiveLimits())
         (tmp / ".done").write_text(digest)
         if target.exists():
             shutil.rmtree(target)
@@ -262,34 +262,56 @@ def extract(archive: Path, cache: Path, limits: ArchiveLimits | None = None) -> 
     return target
 
 
-def _extract_checked(archive: Path, out: Path, limits: ArchiveLimits) -> None:
-    """Extract regular files only, after checking count, size and names; errors are one line."""
+def _extract_checked(archive: Path, out: Path, kind: str, limits: ArchiveLimits) -> None:
+    """Extract the split files (regular files only) after checking names, count and size."""
     try:
         if archive.name.endswith(".zip"):
             with zipfile.ZipFile(archive) as zf:
-                members = [m for m in zf.infolist() if not m.is_dir()]
-                _check_limits(archive, [(m.filename, m.file_size) for m in members], limits)
-                zf.extractall(out, members)
+                members = zf.infolist()
+                files = {m.filename: m for m in members if not m.is_dir()}
+                names = [m.filename for m in members]
+                wanted = _split_members(archive, kind, names, files, limits)
+                zf.extractall(out, [files[n] for n in wanted])
         else:
             with tarfile.open(archive) as tf:
                 members = tf.getmembers()
-                _check_limits(archive, [(m.name, m.size) for m in members], limits)
-                tf.extractall(out, [m for m in members if m.isfile()], filter="data")
+                files = {m.name: m for m in members if m.isfile()}
+                wanted = _split_members(archive, kind, [m.name for m in members], files, limits)
+                tf.extractall(out, [files[n] for n in wanted], filter="data")
     except (tarfile.TarError, zipfile.BadZipFile, EOFError) as err:
         raise CorpusFormatError(f"{archive}: cannot extract: {err}") from err
 
 
-def _check_limits(archive: Path, members: list[tuple[str, int]], limits: ArchiveLimits) -> None:
-    total = sum(size for _, size in members)
-    if len(members) > limits.max_members or total > limits.max_bytes:
+def _split_members(
+    archive: Path, kind: str, names: list[str], files: dict, limits: ArchiveLimits
+) -> list[str]:
+    """Names of the split files among ``files`` (name -> member), once the archive passed its
+    checks: member count, names inside the archive, uncompressed bytes of what is extracted."""
+    if len(names) > limits.max_members:
         raise CorpusFormatError(
-            f"{archive}: {len(members)} members, {total} bytes uncompressed; over the limit of "
-            f"{limits.max_members} members and {limits.max_bytes} bytes "
-            "(TXL_ARCHIVE_MAX_MEMBERS / TXL_ARCHIVE_MAX_BYTES raise it for a trusted archive)"
+            f"{archive}: {len(names)} members, over the limit of {limits.max_members} "
+            "(TXL_ARCHIVE_MAX_MEMBERS raises it for a trusted archive)"
         )
-    for name, _ in members:
+    for name in names:
         if name.startswith(("/", "\\")) or ".." in re.split(r"[/\\]", name):
             raise CorpusFormatError(f"{archive}: member {name!r} points outside the archive")
+    found = splits_in(kind, sorted(files), ".")
+    wanted = sorted({name for split_names in found.values() for name in split_names})
+    if not wanted:
+        raise CorpusFormatError(
+            f"{archive}: none of its {len(names)} members is a {kind} split file"
+        )
+    total = sum(_member_size(files[name]) for name in wanted)
+    if total > limits.max_bytes:
+        raise CorpusFormatError(
+            f"{archive}: its split files hold {total} bytes uncompressed; over the limit of "
+            f"{limits.max_bytes} (TXL_ARCHIVE_MAX_BYTES raises it for a trusted archive)"
+        )
+    return wanted
+
+
+def _member_size(member: zipfile.ZipInfo | tarfile.TarInfo) -> int:
+    return member.file_size if isinstance(member, zipfile.ZipInfo) else member.size
 
 
 # ---------------------------------------------------------------- split discovery
@@ -300,26 +322,32 @@ def split_files(
 ) -> dict[str, list[str]]:
     """Map each split present in ``source`` to its files (fsspec URLs, sorted)."""
     fs, root = fsspec.core.url_to_fs(source, **(storage_options or {}))
-    try:
+    with reading("source", source):
         is_dir = fs.isdir(root)
         files = sorted(fs.find(root)) if is_dir else [root] if fs.exists(root) else []
-    except OSError as err:
-        raise SourceUnreachableError(f"cannot list source {source}: {err}") from err
     if not files:
         raise SourceUnreachableError(f"source {source} does not exist or holds no files")
-    paths = [p for p in files if not posixpath.basename(p).startswith(".")]
     kind = family(dataset)
-    if not is_dir:
-        found = {s: paths for s in splits_named_in(posixpath.basename(root), kind)}
-    elif kind == "wikitext":
-        found = wikitext_files(paths)
-    elif kind == "lm1b":
-        found = lm1b_files(paths)
+    if is_dir:
+        found = splits_in(kind, files, root)
     else:
-        found = text_files(paths, root)
+        found = {s: files for s in splits_named_in(posixpath.basename(root), kind)}
     if not found:
         raise CorpusFormatError(f"no {dataset} split files found under {source}")
     return {s: [fs.unstrip_protocol(p) for p in found[s]] for s in SPLITS if s in found}
+
+
+def splits_in(kind: str, paths: list[str], root: str) -> dict[str, list[str]]:
+    """The split files of a ``kind`` dataset among ``paths`` (sorted) under directory ``root``.
+
+    Hidden files never count (our ``.done`` marker, editor and OS droppings).
+    """
+    paths = [p for p in paths if not posixpath.basename(p).startswith(".")]
+    if kind == "wikitext":
+        return wikitext_files(paths)
+    if kind == "lm1b":
+        return lm1b_files(paths)
+    return text_files(paths, root)
 
 
 def splits_named_in(name: str, kind: str) -> list[str]:
@@ -411,12 +439,8 @@ def chunk_kind(dataset: str, text_docs: str = "block") -> str:
 
 def read_range(fs, path: str, start: int, stop: int, url: str) -> bytes:
     """Bytes [start, stop) of a corpus file, with read failures as DataErrors."""
-    try:
+    with reading("corpus file", url):
         return fs.cat_file(path, start, stop)
-    except FileNotFoundError as err:
-        raise SourceUnreachableError(f"corpus file {url} not found") from err
-    except OSError as err:
-        raise SourceUnreachableError(f"cannot read corpus file {url}: {err}") from err
 
 
 def boundary_at_or_after(fs, path: str, url: str, kind: str, pos: int, end: int) -> int:
@@ -448,22 +472,10 @@ def usable_end(fs, path: str, url: str, kind: str) -> int:
         starts = [m.start() for m in TITLE_BOUNDARY.finditer(data, 0 if lo == 0 else CONTEXT)]
         if starts or lo == 0:
             end = lo + starts[-1] if starts else 0
-            log.warning("%s does not end with a newline: dropped its last, cut article", url)
+            shown = redact_text(url)
+            log.warning("%s does not end with a newline: dropped its last, cut article", shown)
             return end
         window *= 4
-
-
-def document_ranges(
-    url: str, kind: str, piece_bytes: int, storage_options: dict | None = None
-) -> list[tuple[str, int, int, int]]:
-    """Nominal (url, start, stop, end) pieces of a file; ``end`` is its usable size."""
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    try:
-        end = usable_end(fs, path, url, kind)
-    except FileNotFoundError as err:
-        raise SourceUnreachableError(f"corpus file {url} not found") from err
-    step = end if kind == "text-file" else piece_bytes
-    return [(url, a, min(a + step, end), end) for a in range(0, end, max(step, 1))]
 
 
 # ---------------------------------------------------------------- tokenization

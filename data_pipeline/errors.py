@@ -1,13 +1,22 @@
 """Errors of the data pipeline: each names the file (and sample) at fault and what to do about it.
 
 Nothing in the pipeline skips bad data silently: a read that cannot be trusted raises one of these.
+Messages name URLs, so they pass through the redaction rule: credentials never show.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
+from data_pipeline.redact import redact_text
+
 
 class DataError(Exception):
-    """Base class of every data pipeline error."""
+    """Base class of every data pipeline error; its message is redacted."""
+
+    def __init__(self, message: str):
+        super().__init__(redact_text(message))
 
 
 class SourceUnreachableError(DataError):
@@ -40,3 +49,20 @@ class VocabMismatchError(DataError):
 
 class CorpusFormatError(DataError):
     """A corpus file does not have the layout its dataset requires."""
+
+
+@contextlib.contextmanager
+def reading(
+    what: str, url: str, missing: type[DataError] = SourceUnreachableError, hint: str = ""
+) -> Iterator[None]:
+    """A file system's errors while reading the ``what`` at ``url`` as one-line DataErrors.
+
+    The cause is not chained: its text (fsspec's path, the client's message) can hold the URL's
+    credentials, which a DataError's message redacts but a chained traceback would print.
+    """
+    try:
+        yield
+    except FileNotFoundError:
+        raise missing(f"{what} {url} not found{hint}") from None
+    except OSError as err:
+        raise SourceUnreachableError(f"cannot read {what} {url}: {err}") from None

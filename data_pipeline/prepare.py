@@ -55,6 +55,7 @@ from tqdm import tqdm
 from data_pipeline import corpora
 from data_pipeline.errors import DataError, ManifestError
 from data_pipeline.pieces import count_piece, encode_piece, run_pieces
+from data_pipeline.redact import redact_text
 from data_pipeline.shards import (
     FORMAT_VERSION,
     VOCAB_FILE,
@@ -367,7 +368,7 @@ class Job:
             path = f"{self.out_path}/{split}/{shard.url}"
             if not self.fs.exists(path) or self.fs.size(path) != shard.bytes:
                 return None
-        log.info("%s: reusing %d prepared shards", url, len(manifest.shards))
+        log.info("%s: reusing %d prepared shards", redact_text(url), len(manifest.shards))
         return manifest
 
     def remove_manifest(self, split: str) -> None:
@@ -452,7 +453,8 @@ def parse_options(pairs: list[str]) -> dict:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise argparse.ArgumentTypeError(f"storage option {pair!r} must be KEY=VALUE")
+            # The value may be a secret: name neither it nor the text around it.
+            raise argparse.ArgumentTypeError("a storage option is not KEY=VALUE")
         try:
             options[key] = json.loads(value)
         except ValueError:
@@ -495,11 +497,15 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``txl-prepare``; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     args = parser().parse_args(argv)
-    out_options = parse_options(args.out_option)
+    try:
+        out_options = parse_options(args.out_option)
+        source_options = parse_options(args.source_option)
+    except argparse.ArgumentTypeError as err:
+        parser().error(f"--out-option / --source-option: {err}")
     try:
         if args.verify:
             for line in verify(args.verify, out_options):
-                print(line)
+                print(redact_text(line))
             return 0
         if not (args.dataset and args.out):
             parser().error("--dataset and --out are required (or --verify URL)")
@@ -510,13 +516,13 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             parser().error(str(err))
         if part or args.merge:
-            return run_step(args, part, out_options)
+            return run_step(args, part, out_options, source_options)
         manifests = prepare(
             args.dataset, args.out, args.source, vocab=args.vocab, shard_size=args.shard_size,
             sample_size=args.sample_size, unit_bytes=args.unit_bytes, workers=args.workers,
             min_count=args.min_count, text_docs=args.text_docs,
             source_checksum=args.source_checksum, cache_dir=args.cache_dir,
-            out_options=out_options, source_options=parse_options(args.source_option),
+            out_options=out_options, source_options=source_options,
             progress=not args.no_progress,
         )  # fmt: skip
     except DataError as err:
@@ -526,11 +532,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_step(args: argparse.Namespace, part: tuple[int, int] | None, out_options: dict) -> int:
+def run_step(
+    args: argparse.Namespace, part: tuple[int, int] | None, out_options: dict, source_options: dict
+) -> int:
     """One cluster job: ``--part I/N`` or ``--merge``."""
     job = Job(
         args.dataset, args.out, args.source, args.vocab, args.min_count, args.text_docs,
-        args.source_checksum, args.cache_dir, out_options, parse_options(args.source_option),
+        args.source_checksum, args.cache_dir, out_options, source_options,
         Options(args.shard_size, args.sample_size, args.unit_bytes, args.workers,
                 PIECE_BYTES, not args.no_progress),
     )  # fmt: skip
@@ -539,7 +547,8 @@ def run_step(args: argparse.Namespace, part: tuple[int, int] | None, out_options
         return 0
     manifests = job.merge()
     if manifests is None:
-        print(f"vocabulary built: {vocab_url(args.out)}; now run the parts again, then --merge")
+        where = redact_text(vocab_url(args.out))
+        print(f"vocabulary built: {where}; now run the parts again, then --merge")
     else:
         print_manifests(args.out, manifests)
     return 0
@@ -550,7 +559,7 @@ def print_manifests(out: str, manifests: dict[str, Manifest]) -> None:
         print(
             f"{split}: {m.tokens} tokens, {m.documents} documents, {len(m.shards)} shards, "
             f"vocab {m.vocab_size}, {m.oov_tokens} out-of-vocabulary"
-            f" -> {manifest_url(out, split)}"
+            f" -> {redact_text(manifest_url(out, split))}"
         )
 
 

@@ -21,6 +21,7 @@ sample in one ranged read; ``sample_crc32[i]`` is the CRC-32 of exactly those by
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -41,8 +42,8 @@ from data_pipeline.errors import (
     ShardCorruptError,
     ShardMissingError,
     ShardTruncatedError,
-    SourceUnreachableError,
     VocabMismatchError,
+    reading,
 )
 from data_pipeline.vocab import Vocab
 
@@ -117,7 +118,7 @@ class Manifest:
         return json.dumps(asdict(self), indent=1)
 
     @classmethod
-    def from_json(cls, text: str, url: str) -> Manifest:
+    def from_json(cls, text: str | bytes, url: str) -> Manifest:
         """Parse a manifest, refusing unknown format versions."""
         try:
             raw = json.loads(text)
@@ -191,23 +192,19 @@ def _check_shard(shard: ShardInfo, where: str) -> None:
         )
 
 
-def read_bytes(url: str, storage_options: dict | None = None, what: str = "file") -> bytes:
-    """All bytes of ``url``, with missing/unreachable turned into DataErrors."""
-    try:
-        # cat_file, not open(): fsspec's HTTP open() reports a refused connection as not found.
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        return fs.cat_file(path)
-    except FileNotFoundError as err:
-        raise (ShardMissingError if what == "shard" else ManifestError)(
-            f"{what} {url} not found; run txl-prepare to (re)create it"
-        ) from err
-    except OSError as err:
-        raise SourceUnreachableError(f"cannot read {what} {url}: {err}") from err
+def reading_prepared(what: str, url: str) -> contextlib.AbstractContextManager[None]:
+    """``reading`` a shard or manifest: missing means txl-prepare has to (re)create it."""
+    missing = ShardMissingError if what == "shard" else ManifestError
+    return reading(what, url, missing, "; run txl-prepare to (re)create it")
 
 
 def load_manifest(url: str, storage_options: dict | None = None) -> Manifest:
     """Read and parse a manifest."""
-    return Manifest.from_json(read_bytes(url, storage_options, "manifest").decode(), url)
+    with reading_prepared("manifest", url):
+        # cat_file, not open(): fsspec's HTTP open() reports a refused connection as not found.
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        data = fs.cat_file(path)
+    return Manifest.from_json(data, url)
 
 
 def shard_url(manifest_url_: str, shard: ShardInfo) -> str:
@@ -321,9 +318,9 @@ def index_shard(name: str, data: bytes, samples: list[tuple[np.ndarray, np.ndarr
 
 
 def decode_sample(
-    span: bytes, shard: ShardInfo, index: int, url: str
+    span: bytes, shard: ShardInfo, index: int, url: str, vocab_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens, doc lengths) of sample ``index`` from its bytes; checks size and CRC."""
+    """(tokens, doc lengths) of sample ``index`` from its bytes; checks size, CRC, lengths, ids."""
     lo, to, n = (
         shard.lengths_offsets[index],
         shard.sample_offsets[index],
@@ -346,11 +343,14 @@ def decode_sample(
         )
     lengths = np.frombuffer(span, "<i4", shard.sample_documents[index], 0)
     tokens = np.frombuffer(span, "<i4", n, to - lo)
-    # A CRC is no proof against a crafted shard (it can be recomputed): lengths must add up.
+    # A CRC is no proof against a crafted shard (it can be recomputed): lengths must add up,
+    # and ids outside the vocabulary would index past the embedding or score as 0.
     if len(lengths) and (lengths.min() < 0 or lengths.sum(dtype=np.int64) != n):
         raise ShardCorruptError(
             f"{url}: sample {index}: document lengths do not sum to its {n} tokens"
         )
+    if n and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ShardCorruptError(f"{url}: sample {index} holds ids outside [0, {vocab_size})")
     return tokens, lengths
 
 
@@ -378,48 +378,63 @@ def verify_split(url: str, vocab: Vocab, storage_options: dict | None = None) ->
     return f"{url}: {len(manifest.shards)} shards, {manifest.tokens} tokens OK"
 
 
+# Bytes per read while verifying: a shard is hashed as a stream, never held whole.
+READ_BYTES = 1 << 20
+
+
 def verify_shard(url: str, shard: ShardInfo, vocab_size: int, storage_options: dict | None) -> None:
-    """Size, sha256, per-sample CRC and id range of one shard."""
-    size = _size(url, storage_options)  # before reading: the file may be anything, any size
+    """Size (asked first: the file may be anything, any size), then one pass over the bytes for
+    the sha256 and each sample's checks; a checksum mismatch names the first bad sample."""
+    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    with reading_prepared("shard", url):
+        size = fs.size(path)
     if size != shard.bytes:
-        raise ShardTruncatedError(f"{url}: {size} bytes, manifest says {shard.bytes}")
-    data = read_bytes(url, storage_options, "shard")
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != shard.sha256:
-        raise ChecksumError(
-            f"{url}: sha256 {digest} does not match the manifest's {shard.sha256}; "
-            f"{first_bad_sample(data, shard, url)}"
+        raise (ShardTruncatedError if size < shard.bytes else ShardCorruptError)(
+            f"{url}: {size} bytes, the manifest says {shard.bytes}; re-run txl-prepare"
         )
-    for i in range(len(shard.sample_tokens)):
-        tokens, _ = sample_from_shard(data, shard, i, url)
-        if len(tokens) and (tokens.min() < 0 or tokens.max() >= vocab_size):
-            raise ShardCorruptError(f"{url}: sample {i} holds ids outside [0, {vocab_size})")
+    # Over HTTP one plain GET read as a stream (no range support needed); elsewhere block reads.
+    block_size = 0 if "http" in fs.protocol else READ_BYTES
+    with (
+        reading_prepared("shard", url),
+        fs.open(path, "rb", block_size=block_size, cache_type="readahead") as f,
+    ):
+        digest, bad = scan_shard(f, shard, vocab_size, url)
+    if digest != shard.sha256:
+        damage = f"first bad sample: {bad}" if bad else "the samples pass: tar headers differ"
+        raise ChecksumError(
+            f"{url}: sha256 {digest} does not match the manifest's {shard.sha256}; {damage}"
+        )
+    if bad:
+        raise bad
 
 
-def _size(url: str, storage_options: dict | None) -> int:
-    try:
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        return fs.size(path)
-    except FileNotFoundError as err:
-        raise ShardMissingError(f"shard {url} not found; run txl-prepare to (re)create it") from err
-    except OSError as err:
-        raise SourceUnreachableError(f"cannot read shard {url}: {err}") from err
+def scan_shard(f, shard: ShardInfo, vocab_size: int, url: str) -> tuple[str, DataError | None]:
+    """sha256 of a shard file object read front to back, and the first sample failing its checks.
 
+    Memory: one read of READ_BYTES or one sample (samples lie in file order, as check_manifest
+    made sure, so one pass sees each whole).
+    """
+    digest, pos, bad = hashlib.sha256(), 0, None
 
-def sample_from_shard(
-    data: bytes, shard: ShardInfo, index: int, url: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Decode sample ``index`` out of a whole shard's bytes."""
-    lo = shard.lengths_offsets[index]
-    end = shard.sample_offsets[index] + TOKEN_BYTES * shard.sample_tokens[index]
-    return decode_sample(data[lo:end], shard, index, url)
+    def read(n: int) -> bytes:  # n bytes, fewer only at the end (a stream may return less)
+        nonlocal pos
+        parts = []
+        while n > 0 and (part := f.read(n)):
+            parts.append(part)
+            n -= len(part)
+        data = b"".join(parts)
+        digest.update(data)
+        pos += len(data)
+        return data
 
-
-def first_bad_sample(data: bytes, shard: ShardInfo, url: str) -> str:
-    """Name the first sample whose bytes fail their check (for checksum error messages)."""
-    for i in range(len(shard.sample_tokens)):
+    for i, lo in enumerate(shard.lengths_offsets):
+        while pos < lo and read(min(READ_BYTES, lo - pos)):
+            pass  # tar headers before the sample: hashed, not kept
+        span = read(shard.sample_offsets[i] + TOKEN_BYTES * shard.sample_tokens[i] - lo)
         try:
-            sample_from_shard(data, shard, i, url)
+            decode_sample(span, shard, i, url, vocab_size)
         except DataError as err:
-            return f"first bad sample: {err}"
-    return "every sample passes its CRC, so the damage is in tar headers or padding"
+            bad = bad or err
+    while read(READ_BYTES):
+        pass
+    return digest.hexdigest(), bad

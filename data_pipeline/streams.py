@@ -51,7 +51,6 @@ import torch
 
 from data_pipeline.errors import (
     DataError,
-    ShardCorruptError,
     ShardMissingError,
     ShardTruncatedError,
     SourceUnreachableError,
@@ -207,15 +206,13 @@ class SampleReader:
             for sample in run:
                 lo, hi = self.table.byte_range(sample)
                 index, url = int(self.table.index_in_shard[sample]), self.table.urls[shard_no]
-                tokens, lengths = decode_sample(
-                    blob[lo - base : hi - base], self.table.shards[shard_no], index, url
+                out[sample] = decode_sample(
+                    blob[lo - base : hi - base],
+                    self.table.shards[shard_no],
+                    index,
+                    url,
+                    self.table.vocab_size,
                 )
-                # Ids outside the vocabulary would index past the embedding or score as 0.
-                if len(tokens) and (tokens.min() < 0 or tokens.max() >= self.table.vocab_size):
-                    raise ShardCorruptError(
-                        f"{url}: sample {index} holds ids outside [0, {self.table.vocab_size})"
-                    )
-                out[sample] = tokens, lengths
         return out
 
     def read_error(self, err: BaseException, shard_no: int, sample: int) -> DataError:

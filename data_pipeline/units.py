@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import fsspec
 
 from data_pipeline import corpora
-from data_pipeline.errors import SourceUnreachableError
+from data_pipeline.errors import reading
 
 DEFAULT_UNIT_BYTES = 1 << 26
 WORK_DIR = ".prepare"
@@ -60,10 +60,8 @@ class Unit:
 def usable_size(url: str, kind: str, storage_options: dict) -> int:
     """Bytes of a file that hold documents (a WikiText file's cut last article excluded)."""
     fs, path = fsspec.core.url_to_fs(url, **storage_options)
-    try:
+    with reading("corpus file", url):
         return corpora.usable_end(fs, path, url, kind)
-    except FileNotFoundError as err:
-        raise SourceUnreachableError(f"corpus file {url} not found") from err
 
 
 def split_units(

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 import fsspec
 import numpy as np
 
-from data_pipeline.errors import SourceUnreachableError, VocabMismatchError
+from data_pipeline.errors import VocabMismatchError, reading
 from data_pipeline.wordids import WordTable
 
 EOS = "<eos>"
@@ -77,11 +77,11 @@ class Vocab:
     @classmethod
     def load(cls, url: str, storage_options: dict | None = None) -> Vocab:
         """Read a vocabulary file: ``token[<whitespace>count]`` per line, id order."""
-        try:
-            with fsspec.open(url, "rt", encoding="utf-8", **(storage_options or {})) as f:
-                lines = f.read().splitlines()
-        except FileNotFoundError as err:
-            raise SourceUnreachableError(f"vocabulary file {url} not found") from err
+        with (
+            reading("vocabulary file", url),
+            fsspec.open(url, "rt", encoding="utf-8", **(storage_options or {})) as f,
+        ):
+            lines = f.read().splitlines()
         fields = [line.split() for line in lines if line.strip()]
         return cls([f[0] for f in fields], [int(f[1]) if len(f) > 1 else 0 for f in fields])
 

@@ -1,6 +1,7 @@
 """The run config: every mistake is named with the key to change, before anything starts."""
 
 import json
+import traceback
 
 import pytest
 
@@ -48,6 +49,10 @@ def test_n_token_auto_reads_the_vocabulary_size_of_the_data(tmp_path, shared_dat
     assert config.model.n_token == vocab_size
     with pytest.raises(ConfigError, match=r"model\.n_token=auto .* not found.* txl-prepare"):
         load_run_config(tiny_config, [f"data.path={tmp_path / 'missing'}"])
+    unreachable = "http://alice:SECRET_7@127.0.0.1:1/data"  # port 1: refused at once
+    with pytest.raises(ConfigError, match=r"model\.n_token=auto .* http://\*\*\*@127") as err:
+        load_run_config(tiny_config, [f"data.path={unreachable}"])
+    assert "SECRET_7" not in "".join(traceback.format_exception(err.value))
 
 
 @pytest.mark.parametrize(
@@ -101,3 +106,21 @@ def test_batch_layout_derives_micro_batch_and_accumulation_and_refuses_inconsist
     config.deepspeed["gradient_accumulation_steps"] = 4
     with pytest.raises(ConfigError, match="gradient_accumulation_steps \\(4\\)"):
         config.batch_layout(world_size=2)
+
+
+def test_config_public_dict_and_errors_never_show_secrets():
+    values = preset("tiny")
+    values["data"]["storage_options"] = {"key": "AKIA_SECRET_1", "secret": "SECRET_2"}
+    values["data"]["path"] = "http://user:SECRET_3@127.0.0.1:1/wt103"
+    public = str(run_config_from_dict(values).public_dict())
+    assert not any(s in public for s in ("SECRET_1", "SECRET_2", "SECRET_3"))
+    # A wrongly typed value is named, not echoed.
+    bad = preset("tiny")
+    bad["data"]["storage_options"] = '{"secret": "SECRET_4"'  # unparsable JSON from --set
+    with pytest.raises(ConfigError) as err:
+        run_config_from_dict(bad)
+    assert "data.storage_options must be" in str(err.value) and "SECRET_4" not in str(err.value)
+    # A --set with a wrong separator echoes only the key.
+    with pytest.raises(ConfigError) as err:
+        apply_overrides(preset("tiny"), ["data.storage_options.secret:SECRET_5"])
+    assert "data.storage_options.secret" in str(err.value) and "SECRET_5" not in str(err.value)

@@ -16,7 +16,7 @@ import types
 import typing
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from txl_dist.redact import redact, redact_text
+from data_pipeline.redact import redact, redact_text
 
 if TYPE_CHECKING:
     from txl_dist.model.config import TXLConfig
@@ -375,7 +375,7 @@ def resolve_vocab_size(values: dict[str, Any]) -> dict[str, Any]:
     except DataError as err:
         raise ConfigError(
             f"model.n_token=auto takes the vocabulary size from the data, but "
-            f"{redact_text(str(err))}; prepare the data with txl-prepare, fix data.path, or set "
+            f"{err}; prepare the data with txl-prepare, fix data.path, or set "
             "model.n_token to a number"
         ) from err
     return {**values, "model": {**model, "n_token": vocab_size}}

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from data_pipeline.errors import DataError
 from data_pipeline.prepare import parse_options
+from data_pipeline.redact import redact_text
 from data_pipeline.shards import vocab_url
 from data_pipeline.vocab import Vocab
 from txl_dist.config import ConfigError, RunConfig, run_config_from_dict
@@ -44,7 +45,6 @@ from txl_dist.engine.checkpoint import (
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
-from txl_dist.redact import redact_text
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 README_FILE = "README.md"
@@ -181,7 +181,7 @@ def load_vocab(ckpt: Checkpoint, path: str | None, storage_options: dict | None 
     except DataError as err:
         raise ExportError(
             f"vocabulary {redact_text(url)} of the run's data.path not found "
-            f"({redact_text(str(err))}); pass --vocab FILE (and --storage-option KEY=VALUE)"
+            f"({err}); pass --vocab FILE (and --storage-option KEY=VALUE)"
         ) from err
     expected = ckpt.point.client.vocab_sha256
     if vocab.sha256 != expected or len(vocab) != ckpt.config.model.n_token:

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from data_pipeline.corpora import ArchiveLimits, extract, fetch, file_digest
+from data_pipeline.corpora import SPLITS, ArchiveLimits, extract, fetch, file_digest, split_files
 from data_pipeline.errors import CorpusFormatError
 
 
@@ -27,7 +27,7 @@ def test_same_file_name_from_two_urls_gives_two_cache_entries(tmp_path, http_ser
     texts = []
     for where in ("a", "b"):
         local = fetch(f"{server.url}/{where}/corpus.zip", cache, None, {})
-        texts.append((extract(local, cache) / "wiki.valid.tokens").read_bytes())
+        texts.append((extract(local, cache, "wikitext-103") / "wiki.valid.tokens").read_bytes())
     assert texts == [b"from a\n", b"from b, longer\n"]
 
 
@@ -35,12 +35,12 @@ def test_a_planted_done_marker_is_not_trusted(tmp_path):
     archive = tmp_path / "src" / "corpus.zip"
     write_zip(archive, {"wiki.valid.tokens": b"real\n"})
     cache = tmp_path / "cache"
-    target = extract(archive, cache)
+    target = extract(archive, cache, "wikitext-103")
     assert target.parent == cache  # never beside the source
     assert sorted(p.name for p in (tmp_path / "src").iterdir()) == ["corpus.zip"]
     (target / "wiki.valid.tokens").write_bytes(b"planted\n")
     (target / ".done").write_text("not the digest")
-    again = extract(archive, cache)
+    again = extract(archive, cache, "wikitext-103")
     assert (again / "wiki.valid.tokens").read_bytes() == b"real\n"
     assert (again / ".done").read_text() == file_digest(archive)
     assert sorted(p.name for p in cache.iterdir()) == [target.name]  # no temporary left
@@ -51,10 +51,20 @@ def test_a_bomb_is_refused_before_anything_is_written(tmp_path):
     write_zip(archive, {"wiki.train.tokens": b"\0" * (4 << 20)})  # 4 MiB from a few KiB
     assert archive.stat().st_size < 64 << 10
     with pytest.raises(CorpusFormatError, match="4194304 bytes uncompressed; over the limit"):
-        extract(archive, tmp_path / "cache", ArchiveLimits(max_bytes=1 << 20, max_members=10))
+        extract(
+            archive,
+            tmp_path / "cache",
+            "wikitext-103",
+            ArchiveLimits(max_bytes=1 << 20, max_members=10),
+        )
     write_zip(archive, {f"f{i}": b"x" for i in range(20)})
     with pytest.raises(CorpusFormatError, match="20 members"):
-        extract(archive, tmp_path / "cache", ArchiveLimits(max_bytes=1 << 20, max_members=10))
+        extract(
+            archive,
+            tmp_path / "cache",
+            "wikitext-103",
+            ArchiveLimits(max_bytes=1 << 20, max_members=10),
+        )
     assert not list((tmp_path / "cache").rglob("f1")) and not list(tmp_path.rglob("*.tokens"))
 
 
@@ -70,7 +80,7 @@ def test_a_member_outside_the_archive_is_a_one_line_error(tmp_path, kind):
             info.size = 1
             tf.addfile(info, io.BytesIO(b"x"))
     with pytest.raises(CorpusFormatError, match="points outside the archive") as err:
-        extract(archive, tmp_path / "cache")
+        extract(archive, tmp_path / "cache", "wikitext-103")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "evil.txt").exists()
 
@@ -78,8 +88,70 @@ def test_a_member_outside_the_archive_is_a_one_line_error(tmp_path, kind):
 def test_links_in_a_tar_are_not_extracted(tmp_path):
     archive = tmp_path / "links.tar"
     with tarfile.open(archive, "w") as tf:
-        link = tarfile.TarInfo("wiki.valid.tokens")
+        link = tarfile.TarInfo("wiki.train.tokens")
         link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
         tf.addfile(link)
-    target = extract(archive, tmp_path / "cache")
-    assert not (target / "wiki.valid.tokens").exists()
+        valid = tarfile.TarInfo("wiki.valid.tokens")
+        valid.size = 5
+        tf.addfile(valid, io.BytesIO(b"real\n"))
+    target = extract(archive, tmp_path / "cache", "wikitext-103")
+    assert not (target / "wiki.train.tokens").exists()
+    assert (target / "wiki.valid.tokens").read_bytes() == b"real\n"
+
+
+def extracted(target) -> set[str]:
+    return {str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()}
+
+
+def test_only_the_split_files_of_a_zip_are_extracted(tmp_path):
+    splits = {f"wikitext-103/wiki.{s}.tokens": f"{s} text\n".encode() for s in SPLITS}
+    extras = {
+        "wikitext-103/README.txt": b"readme\n",
+        "wikitext-103/wiki.train.raw": b"raw text\n",
+        "other/big.bin": b"\0" * (2 << 20),  # over the byte cap, but never written
+    }
+    archive = tmp_path / "wikitext-103-v1.zip"
+    write_zip(archive, {**extras, **splits})
+    target = extract(archive, tmp_path / "cache", "wikitext-103", ArchiveLimits(1 << 20, 10))
+    assert extracted(target) == {*splits, ".done"}
+    assert (target / "wikitext-103/wiki.test.tokens").read_bytes() == b"test text\n"
+    assert split_files("wikitext-103", str(target)) == {
+        s: [f"file://{target}/wikitext-103/wiki.{s}.tokens"] for s in SPLITS
+    }
+
+
+def test_only_the_split_files_of_an_lm1b_tar_gz_are_extracted(tmp_path):
+    top = "1-billion-word-language-modeling-benchmark-r13output"
+    wanted = [
+        f"{top}/training-monolingual.tokenized.shuffled/news.en-00001-of-00100",
+        f"{top}/training-monolingual.tokenized.shuffled/news.en-00002-of-00100",
+        f"{top}/heldout-monolingual.tokenized.shuffled/news.en.heldout-00000-of-00050",
+    ]
+    extras = [
+        f"{top}/README",
+        f"{top}/heldout-monolingual.tokenized.shuffled/news.en.heldout-00001-of-00050",
+        f"{top}/heldout-monolingual.tokenized.shuffled/.news.en-00003-of-00100.swp",
+    ]
+    archive = tmp_path / "lm1b.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        folder = tarfile.TarInfo(top)
+        folder.type = tarfile.DIRTYPE
+        tf.addfile(folder)
+        for name in extras + wanted:
+            info = tarfile.TarInfo(name)
+            info.size = len(name) + 1
+            tf.addfile(info, io.BytesIO(name.encode() + b"\n"))
+    target = extract(archive, tmp_path / "cache", "lm1b")
+    assert extracted(target) == {*wanted, ".done"}
+    assert (target / wanted[0]).read_bytes() == wanted[0].encode() + b"\n"
+    # The same archive read as another dataset is a cache entry of its own.
+    other = extract(archive, tmp_path / "cache", "text")
+    assert other != target and extracted(other) == {*wanted, *extras[:2], ".done"}
+
+
+def test_an_archive_without_split_files_is_a_one_line_error(tmp_path):
+    archive = tmp_path / "photos.zip"
+    write_zip(archive, {"a.jpg": b"x", "b.jpg": b"y"})
+    with pytest.raises(CorpusFormatError, match="none of its 2 members is a wikitext split file"):
+        extract(archive, tmp_path / "cache", "wikitext-2")
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == []

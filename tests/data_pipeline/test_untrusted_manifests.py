@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tracemalloc
 import zlib
 
+import fsspec
 import numpy as np
 import pytest
 
 from data_pipeline import ManifestError, ShardCorruptError, TokenStreams, manifest_url, verify
-from data_pipeline.errors import ShardTruncatedError
-from data_pipeline.shards import load_manifest
+from data_pipeline.errors import ChecksumError, ShardTruncatedError
+from data_pipeline.shards import ShardSink, load_manifest, verify_shard
 
 from .test_errors import read_epoch
 
@@ -107,10 +109,40 @@ def test_streamed_ids_outside_the_vocabulary_are_refused(wt103_copy):
         read_epoch(wt103_copy)
 
 
-def test_verify_checks_the_size_before_reading(wt103_copy):
-    manifest = edit_manifest(wt103_copy, lambda m: None)
-    shard = wt103_copy / "valid" / manifest["shards"][0]["url"]
-    with open(shard, "ab") as f:
-        f.write(b"\0" * 512)  # longer than the manifest says: the old check let it through
-    with pytest.raises(ShardTruncatedError, match="bytes, manifest says"):
-        verify(str(wt103_copy))
+@pytest.mark.parametrize("change", [512, -512], ids=["larger", "smaller"])
+def test_verify_checks_the_size_before_reading_a_byte(wt103_copy, http_server, change):
+    name = json.loads((wt103_copy / "train" / "manifest.json").read_text())["shards"][0]["url"]
+    path = wt103_copy / "train" / name
+    data = path.read_bytes()
+    path.write_bytes(data + b"\0" * change if change > 0 else data[:change])
+    server = http_server(wt103_copy)
+    with pytest.raises(ShardCorruptError) as err:
+        verify(server.url)
+    assert str(err.value) == (
+        f"{server.url}/train/{name}: {len(data) + change} bytes, the manifest says {len(data)}; "
+        "re-run txl-prepare"
+    )
+    assert isinstance(err.value, ShardTruncatedError) == (change < 0)
+    assert [r.split()[0] for r in server.requests() if name in r] == ["HEAD"]  # no GET
+
+
+def test_verify_hashes_a_shard_as_a_stream(tmp_path, http_server):
+    """A 16 MiB shard is verified over HTTP holding a few MiB, every sample checked on the way."""
+    sink = ShardSink(str(tmp_path), "big", 1 << 16, 1 << 22, fsspec.filesystem("file"))
+    tokens = np.random.default_rng(0).integers(0, 1000, 1 << 22, dtype=np.int32)
+    sink.add(tokens, np.full(1 << 10, 1 << 12))  # 1024 documents of 4096 tokens
+    [shard] = sink.close()
+    assert shard.bytes > 16 << 20 and len(shard.sample_tokens) == 64
+    url = f"{http_server(tmp_path).url}/{shard.url}"
+    verify_shard(url, shard, 1000, None)  # also starts the HTTP client, which is not per shard
+    tracemalloc.start()
+    verify_shard(url, shard, 1000, None)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < shard.bytes / 3, peak
+    path = tmp_path / shard.url
+    data = bytearray(path.read_bytes())
+    data[shard.sample_offsets[63] + 8] ^= 0xFF  # the last sample
+    path.write_bytes(data)
+    with pytest.raises(ChecksumError, match="first bad sample: .*sample 63 is corrupt"):
+        verify_shard(url, shard, 1000, None)
