@@ -152,14 +152,23 @@ def resolve_source(
 ) -> str:
     """A directory or file URL holding the corpus, downloading and extracting archives."""
     expected = parse_checksum(checksum) if checksum else None
-    if source is None:
+    official = source is None
+    if official:
         if dataset not in OFFICIAL_SOURCES:
             raise ValueError(f"--source is required for dataset {dataset!r}")
-        official = OFFICIAL_SOURCES[dataset]
-        source, expected = official.url, expected or (official.algorithm, official.digest)
+        known = OFFICIAL_SOURCES[dataset]
+        source, expected = known.url, expected or (known.algorithm, known.digest)
     if not source.endswith(ARCHIVE_SUFFIXES):
         return source
-    archive = fetch(source, Path(cache_dir), expected, storage_options or {})
+    try:
+        archive = fetch(source, Path(cache_dir), expected, storage_options or {})
+    except SourceUnreachableError as err:
+        if not official:
+            raise
+        raise SourceUnreachableError(
+            f"{err}; offline, pass --source with a local copy of the corpus (a directory or the "
+            "official archive)"
+        ) from None
     return str(extract(archive, Path(cache_dir), dataset))
 
 

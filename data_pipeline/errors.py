@@ -7,6 +7,7 @@ Messages name URLs, so they pass through the redaction rule: credentials never s
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 from data_pipeline.redact import redact_text
@@ -62,7 +63,20 @@ def reading(
     """
     try:
         yield
-    except FileNotFoundError:
+    except FileNotFoundError as err:
+        if isinstance(err.__cause__, OSError):  # fsspec's HTTP reports a failed connection so
+            raise SourceUnreachableError(
+                f"{what} {url} could not be reached ({_failure(err.__cause__)}): check the "
+                "network and the URL"
+            ) from None
         raise missing(f"{what} {url} not found{hint}") from None
     except OSError as err:
         raise SourceUnreachableError(f"cannot read {what} {url}: {err}") from None
+
+
+def _failure(cause: OSError) -> str:
+    """Why a connection failed, in the system's words ("Connection refused")."""
+    error = getattr(cause, "os_error", None) or cause  # aiohttp wraps the socket's error
+    if isinstance(getattr(error, "errno", None), int) and error.errno > 0:
+        return os.strerror(error.errno)
+    return getattr(error, "strerror", None) or str(error)  # DNS: "Name or service not known"

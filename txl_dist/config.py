@@ -354,8 +354,8 @@ def load_run_config(path: str, overrides: list[str] = ()) -> RunConfig:
     try:
         with fsspec.open(path, "r") as f:
             values = json.load(f)
-    except FileNotFoundError as err:
-        raise ConfigError(f"config file {redact_text(path)} not found") from err
+    except FileNotFoundError:  # not chained: fsspec's error holds the URL with any password
+        raise ConfigError(f"config file {redact_text(path)} not found") from None
     except json.JSONDecodeError as err:
         raise ConfigError(f"config file {redact_text(path)} is not valid JSON: {err}") from err
     return run_config_from_dict(resolve_vocab_size(apply_overrides(values, list(overrides))))

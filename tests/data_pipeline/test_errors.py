@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -20,6 +22,7 @@ from data_pipeline import (
     verify,
 )
 from data_pipeline.prepare import main
+from tests.conftest import REPO_ROOT
 
 
 def read_epoch(root) -> None:
@@ -98,3 +101,22 @@ def test_missing_manifest(tmp_path):
 def test_too_small_split_for_the_rows(wt103):
     with pytest.raises(DataError, match="too few for 1000 rows"):
         TokenStreams(manifest_url(str(wt103), "valid"), 1000, 500)
+
+
+def test_an_unreachable_source_is_not_called_missing(refused_url, tmp_path, capsys):
+    source = f"{refused_url}/wikitext-103-v1.zip"
+    argv = ["--dataset", "wikitext-103", "--source", source, "--out", str(tmp_path / "out")]
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert f"source {source} could not be reached (Connection refused)" in err
+    assert "not found" not in err
+
+
+def test_the_official_download_without_network_suggests_a_local_source(tmp_path):
+    # A network namespace of its own: no route anywhere, as on a machine without internet.
+    argv = ["unshare", "--net", sys.executable, "-m", "data_pipeline.prepare"]
+    argv += ["--dataset", "wikitext-103", "--out", str(tmp_path / "out"), "--no-progress"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert proc.returncode != 0
+    assert "could not be reached" in proc.stderr and "not found" not in proc.stderr
+    assert "offline, pass --source with a local copy of the corpus" in proc.stderr

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
+from data_pipeline.redact import redact, redact_text
 from txl_dist.config import WandbConfig
-from txl_dist.redact import redact, redact_text
 
 WANDB_DEFAULT_URL = "https://api.wandb.ai"
 
