@@ -307,7 +307,7 @@ def _kill_group(pgid: int) -> None:
             "train.global_rows=8 must equal world size 1",
         ),
         ("data.test_split=test", "or skip it with --set data.test_split=null"),
-        ("model.n_token=1000", "the model has 1000"),
+        ("model.n_token=20000", "the model has 20000"),
         ("train.out_dir=/proc/txl-run", "train.out_dir=/proc/txl-run is not writable"),
     ],
 )

@@ -75,10 +75,10 @@ def test_preempted_two_node_job_checkpoints_requeues_and_continues(
 
 def test_wallclock_stops_requeue_until_the_run_is_done(cluster, wikitext, tmp_path):
     out = tmp_path / "run"
-    # No warning signal: every start stops itself 15 s after its processes started (some
-    # seconds of training), checkpoints and requeues, until all steps are done.
-    steps = 150
-    args = pretrain_args(out, wikitext, ["train.max_wallclock=15", f"train.max_steps={steps}"])
+    # No warning signal: every start stops itself 25 s after its processes started (about 10
+    # of them starting up, the rest training), checkpoints and requeues, until all steps are done.
+    steps = 40
+    args = pretrain_args(out, wikitext, ["train.max_wallclock=25", f"train.max_steps={steps}"])
     sbatch = [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1,TXL_LAUNCHER=deepspeed"]
     job_id = cluster.sbatch(out, sbatch, args)
     deadline = time.monotonic() + 600
