@@ -13,3 +13,13 @@ def shared_data() -> Path:
     if not (path / "SOURCES.md").exists():
         pytest.fail(f"shared data not found at {path}: set TXL_SHARED_DATA to ../shared/data")
     return path
+
+
+SLOW_DIRS = ("integration", "slurm")  # real multi-process runs: minutes each
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the multi-process runs slow: `pytest -m "not slow"` is the few-minute subset."""
+    for item in items:
+        if any(part in SLOW_DIRS for part in item.path.relative_to(REPO_ROOT).parts[1:2]):
+            item.add_marker(pytest.mark.slow)

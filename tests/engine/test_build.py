@@ -1,9 +1,8 @@
 """Under ZeRO-3 the model is built partitioned, with the same initial weights as a plain build."""
 
-import subprocess
-
 import torch
 
+from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import DEEPSPEED, free_port
 from txl_dist.config import load_run_config
@@ -16,10 +15,8 @@ def test_zero3_build_is_partitioned_and_equals_the_plain_build(tmp_path):
     out_file = tmp_path / "gathered.pt"
     worker = str(REPO_ROOT / "tests" / "engine" / "zero3_build_worker.py")
     cmd = [DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()), worker]
-    proc = subprocess.run(
+    proc = processes.run(
         [*cmd, str(out_file), *SETTINGS, "deepspeed.zero_optimization.stage=3"],
-        capture_output=True,
-        text=True,
         timeout=300,
         cwd=REPO_ROOT,
     )

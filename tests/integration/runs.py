@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import processes
 from tests.conftest import REPO_ROOT
 
 DEEPSPEED = str(Path(sys.executable).parent / "deepspeed")
@@ -73,10 +74,8 @@ def train(
     extra_args=(),
 ) -> subprocess.CompletedProcess:
     for _ in range(3):
-        proc = subprocess.run(
+        proc = processes.run(
             command(out_dir, data, nprocs, list(overrides), resume, script) + list(extra_args),
-            capture_output=True,
-            text=True,
             timeout=timeout,
             cwd=REPO_ROOT,
             env={**os.environ, **(env or {})},

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.real_size import wikitext_real_size
 from tests.integration.runs import DEEPSPEED, PRETRAIN, free_port, records
@@ -54,7 +55,7 @@ def train_shipped(
     cmd = [DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()), PRETRAIN]
     cmd += ["--config", str(REPO_ROOT / "configs" / f"{config}.json")]
     cmd += [arg for setting in settings for arg in ("--set", setting)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, cwd=REPO_ROOT)
+    proc = processes.run(cmd, timeout=1500, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 

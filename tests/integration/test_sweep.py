@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
 from txl_dist import evaluate
@@ -53,9 +54,9 @@ def one_process(models, wikitext) -> dict:
 
 def test_two_ranks_sweep_like_one_process(models, wikitext, one_process):
     torchrun = [TORCHRUN, "--nproc_per_node", "2", "--master_port", str(free_port())]
-    proc = subprocess.run(
+    proc = processes.run(
         [*torchrun, "-m", "txl_dist.evaluate", *sweep_args(models, wikitext)],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
+        cwd=REPO_ROOT, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     # rank 0 prints the JSON last; DeepSpeed's start-up lines come before it on stdout

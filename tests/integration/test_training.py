@@ -6,7 +6,6 @@ process); results are read back from metrics.jsonl and the checkpoint directory.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -20,6 +19,7 @@ import psutil
 import pytest
 import torch
 
+from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import (
     PRETRAIN_DUMPING,
@@ -210,14 +210,13 @@ def test_wandb_offline_run_holds_the_metrics(uninterrupted):
 def test_sigterm_to_one_rank_checkpoints_exits_0_and_resumes(wikitext, tmp_path):
     out = tmp_path / "signalled"
     stop_file = tmp_path / "stopped.json"
-    launcher = subprocess.Popen(
+    with processes.process_group(
         command(out, wikitext, 2, ["train.max_steps=1000"], None) + ["--stop-file", str(stop_file)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=REPO_ROOT,
-    )
-    try:
+    ) as launcher:
         deadline = time.monotonic() + 120
         while not (out / "metrics.jsonl").exists() or len(train_losses(out)) < 3:
             assert time.monotonic() < deadline and launcher.poll() is None, "training did not start"
@@ -229,8 +228,6 @@ def test_sigterm_to_one_rank_checkpoints_exits_0_and_resumes(wikitext, tmp_path)
         )
         os.kill(rank1.pid, signal.SIGTERM)
         output, _ = launcher.communicate(timeout=120)
-    finally:
-        launcher.kill()
     assert launcher.returncode == 0, output[-3000:]
     stopped = (out / "checkpoints" / checkpoint.LATEST).read_text()
     step = int(stopped.removeprefix("global_step"))
@@ -250,23 +247,19 @@ def test_ctrl_c_checkpoints_every_rank_and_resumes_exactly(
     small_corpus, uninterrupted, tmp_path, launcher, nprocs
 ):
     out = tmp_path / "interrupted"
-    run = subprocess.Popen(
+    with processes.process_group(  # its own group, as a terminal's foreground job
         command(out, small_corpus, nprocs, HARD_RESUME, None, launcher=launcher),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=REPO_ROOT,
-        start_new_session=True,  # its own process group, as a terminal's foreground job
-    )
-    try:
+    ) as run:
         deadline = time.monotonic() + 120
         while not (out / "metrics.jsonl").exists() or len(train_losses(out)) < 2:
             assert time.monotonic() < deadline and run.poll() is None, "training did not start"
             time.sleep(0.1)
         os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         output, _ = run.communicate(timeout=120)
-    finally:
-        _kill_group(run.pid)
     tag = (out / "checkpoints" / checkpoint.LATEST).read_text()
     stopped = int(tag.removeprefix("global_step"))
     assert f"stopping at step {stopped}: SIGINT received" in output and stopped < 2 * K
@@ -287,11 +280,6 @@ def rank_tracebacks(output: str) -> list[str]:
     """Tracebacks printed by ranks (the launchers' own, of their interrupt, are theirs)."""
     blocks = output.split("Traceback (most recent call last):")[1:]
     return [b for b in blocks if "pretrain.py" in b or "txl_dist" in b]
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 # ---- config errors ----

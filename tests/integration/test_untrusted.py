@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from data_pipeline.prepare import main as prepare_main
+from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.data_pipeline.conftest import RangeServer
 from tests.integration.runs import PRETRAIN
@@ -79,7 +80,7 @@ def pretrain(out_dir: Path, data_url: str, stage: int, steps: int) -> subprocess
     args = [sys.executable, PRETRAIN, "--config", str(REPO_ROOT / "configs" / "tiny.json")]
     args += [a for s in settings for a in ("--set", s)] + ["--resume", "auto"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env)
+    proc = processes.run(args, timeout=600, cwd=REPO_ROOT, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 

@@ -1,0 +1,40 @@
+"""Child processes of the tests that never outlive them.
+
+Launchers start ranks, and ranks start helpers (wandb, DeepSpeed's compile); killing the child a
+test started leaves those running. Every launcher a test starts here gets a process group of its
+own, and the whole group is killed when the test is done with it: on success, on a timeout, on a
+failure and on Ctrl-C (KeyboardInterrupt) alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def process_group(args: list[str], **popen_kwargs) -> Iterator[subprocess.Popen]:
+    """Popen(args) as the leader of a new process group, killed whole when the block exits."""
+    proc = subprocess.Popen(args, start_new_session=True, **popen_kwargs)
+    try:
+        yield proc
+    finally:
+        kill_group(proc.pid)
+        proc.wait()
+
+
+def run(args: list[str], timeout: float, **popen_kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run(args, capture_output=True, text=True, timeout=timeout) in its own group."""
+    with process_group(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs
+    ) as proc:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)

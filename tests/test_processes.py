@@ -1,0 +1,57 @@
+"""An interrupted test run leaves no process behind (tests/processes.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from tests.conftest import REPO_ROOT
+from tests.processes import kill_group
+
+# A test that starts a "launcher" whose "rank" is a grandchild, as deepspeed/torchrun do.
+LAUNCHING_TEST = """
+import sys
+from tests.processes import run
+
+RANK = "import time; time.sleep(300)"
+LAUNCHER = (
+    "import subprocess, sys, time; "
+    f"rank = subprocess.Popen([sys.executable, '-c', {RANK!r}]); "
+    "open(sys.argv[1], 'w').write(str(rank.pid)); time.sleep(300)"
+)
+
+def test_launches(tmp_path_factory):
+    run([sys.executable, "-c", LAUNCHER, PID_FILE], timeout=600)
+"""
+
+
+def test_ctrl_c_during_a_test_ends_the_launcher_and_its_ranks(tmp_path):
+    pid_file = tmp_path / "rank.pid"
+    test = LAUNCHING_TEST.replace("PID_FILE", repr(str(pid_file)))
+    (tmp_path / "test_launching.py").write_text(test)
+    pytest_run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and pytest_run.poll() is None, "no rank started"
+            time.sleep(0.1)
+        rank = psutil.Process(int(pid_file.read_text()))
+        os.kill(pytest_run.pid, signal.SIGINT)  # Ctrl-C reaches pytest (its group is apart)
+        output, _ = pytest_run.communicate(timeout=60)
+        assert b"KeyboardInterrupt" in output
+        gone, alive = psutil.wait_procs([rank], timeout=10)
+        assert rank in gone and not alive
+    finally:
+        kill_group(pytest_run.pid)
