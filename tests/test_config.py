@@ -95,6 +95,19 @@ def test_overrides_parse_json_and_reach_nested_keys():
         apply_overrides(preset("tiny"), ["max_steps"])
 
 
+def test_txl_set_overrides_apply_after_set_and_are_named_in_errors(tmp_path):
+    path = tmp_path / "wt103_base.json"
+    path.write_text(json.dumps(preset("wt103_base")))
+    config = load_run_config(
+        str(path), ["train.max_steps=100", "train.seed=7"], ["train.max_steps=3"]
+    )
+    assert config.train.max_steps == 3 and config.train.seed == 7
+    with pytest.raises(ConfigError, match=r"^TXL_SET max_steps\.\.\.: expected section\.key"):
+        load_run_config(str(path), [], ["max_steps=3"])
+    with pytest.raises(ConfigError, match=r"^TXL_SET train\.seed\.x: seed is not a section"):
+        load_run_config(str(path), [], ["train.seed.x=1"])
+
+
 def test_batch_layout_derives_micro_batch_and_accumulation_and_refuses_inconsistency():
     config = run_config_from_dict(preset("tiny"))  # global_rows 8, max_micro_rows 4
     assert config.batch_layout(world_size=2) == (4, 1)

@@ -323,8 +323,11 @@ def run_config_from_dict(values: dict[str, Any]) -> RunConfig:
 _OVERRIDE_KEY = re.compile(r"[A-Za-z0-9_.-]*")
 
 
-def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply `section.key=value` strings (value parsed as JSON, else taken as a string)."""
+def apply_overrides(
+    values: dict[str, Any], overrides: list[str], origin: str = "--set"
+) -> dict[str, Any]:
+    """Apply `section.key=value` strings (value parsed as JSON, else taken as a string); errors
+    name them as `origin` (--set or TXL_SET)."""
     values = copy.deepcopy(values)
     for override in overrides:
         path, sep, raw = override.partition("=")
@@ -332,7 +335,7 @@ def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, A
             # Only the key's leading name is echoed: the rest may be a secret typed with a
             # wrong separator (--set data.storage_options.secret:VALUE).
             shown = _OVERRIDE_KEY.match(path).group(0)
-            raise ConfigError(f"--set {shown}...: expected section.key=value")
+            raise ConfigError(f"{origin} {shown}...: expected section.key=value")
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
@@ -342,13 +345,16 @@ def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, A
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"--set {path}: {part} is not a section")
+                raise ConfigError(f"{origin} {path}: {part} is not a section")
         node[leaf] = value
     return values
 
 
-def load_run_config(path: str, overrides: list[str] = ()) -> RunConfig:
-    """Read a run config JSON file (any fsspec URL), apply --set overrides, validate."""
+def load_run_config(
+    path: str, overrides: list[str] = (), env_overrides: list[str] = ()
+) -> RunConfig:
+    """Read a run config JSON file (any fsspec URL), apply --set overrides, then those of the
+    TXL_SET environment variable, validate."""
     import fsspec
 
     try:
@@ -358,7 +364,9 @@ def load_run_config(path: str, overrides: list[str] = ()) -> RunConfig:
         raise ConfigError(f"config file {redact_text(path)} not found") from None
     except json.JSONDecodeError as err:
         raise ConfigError(f"config file {redact_text(path)} is not valid JSON: {err}") from err
-    return run_config_from_dict(resolve_vocab_size(apply_overrides(values, list(overrides))))
+    values = apply_overrides(values, list(overrides))
+    values = apply_overrides(values, list(env_overrides), "TXL_SET")
+    return run_config_from_dict(resolve_vocab_size(values))
 
 
 def resolve_vocab_size(values: dict[str, Any]) -> dict[str, Any]:

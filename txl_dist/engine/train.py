@@ -48,7 +48,12 @@ class NonFiniteLossError(RuntimeError):
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="pretrain", description="Pretrain Transformer-XL.")
+    parser = argparse.ArgumentParser(
+        prog="pretrain",
+        description="Pretrain Transformer-XL.",
+        epilog="TXL_SET in the environment adds whitespace-separated section.key=value overrides "
+        "applied after --set (e.g. TXL_SET='train.max_steps=3' for a smoke test).",
+    )
     parser.add_argument("--config", required=True, help="run config JSON (path or URL)")
     parser.add_argument(
         "--set",
@@ -452,7 +457,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     world = world_from_env()
     try:
-        config = load_run_config(args.config, args.set)
+        env_set = os.environ.get("TXL_SET", "").split()
+        config = load_run_config(args.config, args.set, env_set)
+        if env_set and world.is_main:  # said once: a variable left set must not go unnoticed
+            keys = ", ".join(o.partition("=")[0] for o in env_set)  # values may be secrets
+            print(f"[txl-dist] TXL_SET overrides {keys}", flush=True)
         micro, accum = config.batch_layout(world.world_size)
         if args.resume is None:
             run_dir.claim(config.train.out_dir, args.overwrite, world.is_main)
