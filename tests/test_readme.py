@@ -78,7 +78,8 @@ def test_blocks_are_extracted_and_classified():
         [
             "```bash", "echo one", "```",
             "```", "not a command", "```",
-            "- item:", "  ```bash", "  # not run here: needs a SLURM cluster", "  sbatch x", "  ```",
+            "- item:",
+            "  ```bash", "  # not run here: needs a SLURM cluster", "  sbatch x", "  ```",
             "```python", "print(1)", "```",
         ]
     )  # fmt: skip
@@ -106,7 +107,9 @@ def test_readme_marks_what_cannot_run_here_and_runnable_blocks_hold_no_placehold
     assert len(runnable) == 8
     assert INSTALL in runnable[0].text and runnable[1].text.strip() == ACTIVATE
     for block in runnable:
-        assert "..." not in block.text, f"README.md line {block.line}: a placeholder in\n{block.text}"
+        assert "..." not in block.text, (
+            f"README.md line {block.line}: a placeholder in\n{block.text}"
+        )
 
 
 def checkout_layout(root: Path, shared_data: Path) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sysconfig
 import tempfile
 from dataclasses import dataclass
 from datetime import timedelta
@@ -75,6 +76,12 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # DeepSpeed checks they are set
         os.environ.setdefault("MASTER_PORT", "0")
+    # DeepSpeed JIT-builds its CPU communication op with the first `ninja` on PATH. The one pip
+    # installs beside DeepSpeed and a system one record builds differently, so runs from an
+    # activated shell and from a plain one (quickstart.sh) rebuilt it in turn, minutes each.
+    os.environ["PATH"] = os.pathsep.join(
+        [sysconfig.get_path("scripts"), os.environ.get("PATH", os.defpath)]
+    )
     accelerator = get_accelerator()
     if accelerator.device_name() != "cpu":
         accelerator.set_device(world.local_rank)
