@@ -37,7 +37,7 @@ NOT_RUN = re.compile(r"# not run here: \S")
 ACTIVATE = "source .venv/bin/activate"
 INSTALL = "bash launch/install.sh"
 TXL_SET = "train.max_steps=2 logging.log_interval=1"  # every training run: 2 steps, both logged
-VALID_BYTES = 20_000  # of the 1.1 MB valid split: each evaluation a few seconds
+VALID_BYTES = 10_000  # of the 1.1 MB valid split: ~2,000 tokens, evaluations of seconds
 BLOCK_TIMEOUT_S = 300
 FENCE = re.compile(r"^( *)```(\S*)\s*$")
 # The runs the README trains, each with its own train.out_dir.
