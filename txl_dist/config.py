@@ -43,6 +43,13 @@ def section_from_dict(cls: type[T], values: dict[str, Any], section: str) -> T:
                 f"{section}.{key} must be {_type_name(hints[key])}, got {shown!r} "
                 f"({type(value).__name__})"
             )
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing := [key for key in required if key not in values]:
+        raise ConfigError(f"missing key {', '.join(f'{section}.{k}' for k in missing)}")
     try:
         return cls(**values)
     except ValueError as err:
@@ -296,8 +303,8 @@ def run_config_from_dict(values: dict[str, Any]) -> RunConfig:
     """Build and validate a RunConfig; every error names the section.key to change."""
     from txl_dist.model.config import TXLConfig
 
-    required = ("model", "data", "optim", "train", "deepspeed")
-    allowed = (*required, "logging")
+    required = ("model", "data", "train", "deepspeed")
+    allowed = (*required, "optim", "logging")  # these two may be all defaults
     for key in values:
         if key not in allowed:
             raise ConfigError(f"unknown section {key!r}{_suggestion(key, '', set(allowed))}")
@@ -311,7 +318,7 @@ def run_config_from_dict(values: dict[str, Any]) -> RunConfig:
     return RunConfig(
         model=TXLConfig.from_dict(values["model"]),
         data=section_from_dict(DataConfig, values["data"], "data"),
-        optim=section_from_dict(OptimConfig, values["optim"], "optim"),
+        optim=section_from_dict(OptimConfig, values.get("optim", {}), "optim"),
         train=section_from_dict(TrainConfig, values["train"], "train"),
         deepspeed=values["deepspeed"],
         logging=dataclasses.replace(
