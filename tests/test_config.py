@@ -107,7 +107,7 @@ def test_bad_values_name_the_key(section, key, value, message):
 
 
 def test_unknown_section_is_named():
-    with pytest.raises(ConfigError, match=r"unknown section 'optimizer' \(did you mean optim\?\)"):
+    with pytest.raises(ConfigError, match=r"unknown key optimizer \(did you mean optim\?\)"):
         run_config_from_dict({**preset("tiny"), "optimizer": {}})
 
 

@@ -355,8 +355,8 @@ class Trainer:
 
     def _evaluate(self, split: str) -> EvalResult:
         """Evaluate with the config's evaluation lengths, then restore the training ones."""
-        model, cfg = self.engine.module, self.config.model
-        eval_cfg = cfg.for_eval()
+        model = self.engine.module
+        eval_cfg = self.config.model.for_eval()
         rows = self.config.train.eval_rows or self.config.train.global_rows
         if rows % self.world.world_size:
             raise ConfigError(
@@ -366,16 +366,13 @@ class Trainer:
         streams = self._streams(
             split, eval_cfg.tgt_len, tail=True, rows=rows // self.world.world_size
         )
-        saved = (cfg.tgt_len, cfg.mem_len, cfg.clamp_len, cfg.same_length)
-        model.set_lengths(
-            eval_cfg.tgt_len, eval_cfg.mem_len, eval_cfg.clamp_len, eval_cfg.same_length
-        )
         self.engine.eval()
+        lengths = (eval_cfg.tgt_len, eval_cfg.mem_len, eval_cfg.clamp_len, eval_cfg.same_length)
         try:
-            result = evaluate(self.engine, streams, self.device, progress=self.world.is_main)
+            with model.lengths(*lengths):
+                result = evaluate(self.engine, streams, self.device, progress=self.world.is_main)
         finally:
             streams.close()
-            model.set_lengths(*saved)
         record = dict(
             step=self.step,
             split=split,
