@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     args = parser.parse_args()
 
-    from txl_dist.inspect import inspect_config
+    from txl_dist.model_report import inspect_config
 
     print(f"tiny config, {args.nproc} ranks, CPU: throughput of the last {args.steps // 2} steps")
     print(f"{'ZeRO':>4} {'dtype':>5} {'tokens/s':>9} {'step ms':>8}")
