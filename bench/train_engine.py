@@ -107,17 +107,18 @@ def model_state_bytes(engine) -> int:
 def measure_in_process(argv: list[str]) -> None:
     """Runs under the launcher: two real training steps, then the census of this rank."""
     from txl_dist.config import load_run_config
+    from txl_dist.engine.build import build_trainer
+    from txl_dist.engine.cli import parse_args
     from txl_dist.engine.dist import world_from_env
-    from txl_dist.engine.train import Trainer, parse_args
 
     args = parse_args(argv)
     config = load_run_config(args.config, args.set)
     world = world_from_env()
     micro, accum = config.batch_layout(world.world_size)
-    trainer = Trainer(config, world, micro, accum, resume=None)
+    trainer = build_trainer(config, world, micro, accum, resume=None)
     batches = iter(trainer.streams)
     for _ in range(2):
-        trainer._train_step(*next(batches))
+        trainer.train_step(*next(batches))
     print(f"MODEL_STATE_BYTES {world.rank} {model_state_bytes(trainer.engine)}", flush=True)
     trainer.streams.close()
 
@@ -129,7 +130,7 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     args = parser.parse_args()
 
-    from txl_dist.inspect import inspect_config
+    from txl_dist.model_report import inspect_config
 
     print(f"tiny config, {args.nproc} ranks, CPU: throughput of the last {args.steps // 2} steps")
     print(f"{'ZeRO':>4} {'dtype':>5} {'tokens/s':>9} {'step ms':>8}")

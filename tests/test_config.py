@@ -38,6 +38,34 @@ def test_every_preset_runs_on_cluster_sizes_or_says_which(name):
             assert "this config runs on 1, " in message and "set train.global_rows" in message
 
 
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_list_only_what_differs_from_the_defaults(name):
+    values = preset(name)
+    built = run_config_from_dict(values).to_dict()
+    required = {"out_dir": "x", "global_rows": 1, "max_steps": 1}
+    default = run_config_from_dict(
+        {"model": {"n_token": 1}, "data": {"path": "x"}, "train": required, "deepspeed": {}}
+    ).to_dict()
+    for section, keys in values.items():
+        if section == "deepspeed":  # DeepSpeed's own config: its defaults are DeepSpeed's
+            continue
+        for key, value in keys.items():
+            if isinstance(value, dict):
+                repeated = [k for k in value if built[section][key][k] == default[section][key][k]]
+                assert not repeated, f"{name}: {section}.{key}.{repeated} repeat the defaults"
+            else:
+                assert built[section][key] != default[section][key], (
+                    f"{name}: {section}.{key} repeats the default"
+                )
+
+
+def test_a_missing_required_key_is_named():
+    values = preset("tiny")
+    del values["train"]["out_dir"], values["train"]["max_steps"]
+    with pytest.raises(ConfigError, match=r"^missing key train.out_dir, train.max_steps$"):
+        run_config_from_dict(values)
+
+
 def test_n_token_auto_reads_the_vocabulary_size_of_the_data(tmp_path, shared_data):
     text = shared_data / "wikitext-2" / "valid.txt"  # over 10,000 types: tiny's cutoffs fit
     data = tmp_path / "data"
@@ -79,7 +107,7 @@ def test_bad_values_name_the_key(section, key, value, message):
 
 
 def test_unknown_section_is_named():
-    with pytest.raises(ConfigError, match=r"unknown section 'optimizer' \(did you mean optim\?\)"):
+    with pytest.raises(ConfigError, match=r"unknown key optimizer \(did you mean optim\?\)"):
         run_config_from_dict({**preset("tiny"), "optimizer": {}})
 
 
@@ -104,8 +132,8 @@ def test_txl_set_overrides_apply_after_set_and_are_named_in_errors(tmp_path):
     assert config.train.max_steps == 3 and config.train.seed == 7
     with pytest.raises(ConfigError, match=r"^TXL_SET max_steps\.\.\.: expected section\.key"):
         load_run_config(str(path), [], ["max_steps=3"])
-    with pytest.raises(ConfigError, match=r"^TXL_SET train\.seed\.x: seed is not a section"):
-        load_run_config(str(path), [], ["train.seed.x=1"])
+    with pytest.raises(ConfigError, match=r"^TXL_SET model\.d_model\.x: d_model is not a section"):
+        load_run_config(str(path), [], ["model.d_model.x=1"])
 
 
 def test_batch_layout_derives_micro_batch_and_accumulation_and_refuses_inconsistency():

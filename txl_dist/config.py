@@ -9,84 +9,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import json
 import re
-import types
-import typing
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from data_pipeline.redact import redact, redact_text
-
-if TYPE_CHECKING:
-    from txl_dist.model.config import TXLConfig
-
-T = TypeVar("T")
-
-
-class ConfigError(ValueError):
-    """A config value or key is wrong; the message names it and says what to change."""
-
-
-def section_from_dict(cls: type[T], values: dict[str, Any], section: str) -> T:
-    """Build dataclass `cls` from `values`, checking keys and types; errors name `section.key`."""
-    if not isinstance(values, dict):
-        raise ConfigError(f"{section} must be a JSON object, got {type(values).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    for key, value in values.items():
-        if key not in fields:
-            raise ConfigError(f"unknown key {section}.{key}{_suggestion(key, section, fields)}")
-        if not _matches(value, hints[key]):
-            shown = redact({section: {key: value}})[section][key]  # never echo a secret
-            raise ConfigError(
-                f"{section}.{key} must be {_type_name(hints[key])}, got {shown!r} "
-                f"({type(value).__name__})"
-            )
-    try:
-        return cls(**values)
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
-
-
-def _suggestion(key: str, section: str, fields: set[str]) -> str:
-    close = difflib.get_close_matches(key, sorted(fields), n=1)
-    if close:
-        return f" (did you mean {section + '.' if section else ''}{close[0]}?)"
-    return f"; valid keys: {', '.join(sorted(fields))}"
-
-
-def _matches(value: Any, hint: Any) -> bool:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, arm) for arm in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if origin is list:
-        (item,) = typing.get_args(hint)
-        return isinstance(value, list) and all(_matches(v, item) for v in value)
-    if origin is dict:
-        return isinstance(value, dict)
-    if hint is Any:
-        return True
-    if hint is float:
-        # JSON has one number type: 1 is a fine float, True is not.
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
-
-
-def _type_name(hint: Any) -> str:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(arm) for arm in typing.get_args(hint))
-    if hint is type(None):
-        return "null"
-    if origin is not None:
-        return str(hint).replace("typing.", "")
-    return getattr(hint, "__name__", str(hint))
-
+from txl_dist.model.config import TXLConfig
+from txl_dist.schema import ConfigError, section_from_dict
 
 # ---- the run config: one JSON file, sections model, data, optim, train, deepspeed, logging ----
 
@@ -227,11 +156,17 @@ class RunConfig:
     """Everything one training run needs; `deepspeed` is passed through to DeepSpeed."""
 
     model: TXLConfig
+    """The model's hyperparameters."""
     data: DataConfig
-    optim: OptimConfig
+    """Where the prepared data is."""
     train: TrainConfig
+    """The loop: batch, steps, intervals, output directory."""
     deepspeed: dict[str, Any]
+    """Passed to DeepSpeed (ZeRO stage, precision, clipping); txl-dist sets the batch keys."""
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    """Optimizer and learning-rate schedule."""
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+    """Console, metrics.jsonl and wandb."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -284,40 +219,9 @@ class RunConfig:
         return micro, accum
 
 
-SECTIONS = {
-    "data": DataConfig,
-    "optim": OptimConfig,
-    "train": TrainConfig,
-    "logging": LoggingConfig,
-}
-
-
 def run_config_from_dict(values: dict[str, Any]) -> RunConfig:
     """Build and validate a RunConfig; every error names the section.key to change."""
-    from txl_dist.model.config import TXLConfig
-
-    required = ("model", "data", "optim", "train", "deepspeed")
-    allowed = (*required, "logging")
-    for key in values:
-        if key not in allowed:
-            raise ConfigError(f"unknown section {key!r}{_suggestion(key, '', set(allowed))}")
-    for key in required:
-        if key not in values:
-            raise ConfigError(f"missing section {key!r}: a run config needs {list(required)}")
-    if not isinstance(values["deepspeed"], dict):
-        raise ConfigError("deepspeed must be a JSON object (a DeepSpeed config)")
-    logging = dict(values.get("logging", {}))
-    wandb = section_from_dict(WandbConfig, logging.pop("wandb", {}), "logging.wandb")
-    return RunConfig(
-        model=TXLConfig.from_dict(values["model"]),
-        data=section_from_dict(DataConfig, values["data"], "data"),
-        optim=section_from_dict(OptimConfig, values["optim"], "optim"),
-        train=section_from_dict(TrainConfig, values["train"], "train"),
-        deepspeed=values["deepspeed"],
-        logging=dataclasses.replace(
-            section_from_dict(LoggingConfig, logging, "logging"), wandb=wandb
-        ),
-    )
+    return section_from_dict(RunConfig, values)
 
 
 _OVERRIDE_KEY = re.compile(r"[A-Za-z0-9_.-]*")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass
 
@@ -36,8 +35,9 @@ from data_pipeline.vocab import EOS, Vocab
 from txl_dist.context import RECL_THRESHOLD, write_csv
 from txl_dist.engine.dist import World, init_distributed, world_from_env
 from txl_dist.engine.evaluate import evaluate
-from txl_dist.export import DTYPES, VOCAB_FILE
+from txl_dist.exported import DTYPES, export_vocab
 from txl_dist.model import TransformerXL
+from txl_dist.model.transformer import VOCAB_FILE
 from txl_dist.sweep import (
     SweepResult,
     check_lengths,
@@ -102,12 +102,6 @@ class TextBatches:
         for step in range(g.steps):
             cols = slice(step * g.tgt_len, step * g.tgt_len + g.width(step))
             yield rows[:, cols], targets[:, cols]
-
-
-def load_vocab(model_dir: str) -> Vocab | None:
-    """The model directory's vocabulary, if it has one."""
-    path = os.path.join(model_dir, VOCAB_FILE)
-    return Vocab.load(path) if os.path.exists(path) else None
 
 
 def text_ids(path: str, vocab: Vocab) -> tuple[np.ndarray, int]:
@@ -265,14 +259,14 @@ def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
         )
     tgt_len, rows = model.config.tgt_len, args.batch_size
     if args.text:
-        vocab = load_vocab(args.model[0])
+        vocab = export_vocab(args.model[0])
         if vocab is None:
             raise DataError(f"{args.model[0]} has no {VOCAB_FILE}: --text needs the vocabulary")
         ids, unknown = text_ids(args.text, vocab)
         return args.text, TextBatches(ids, rows, tgt_len, world), unknown
     url = args.data if args.data.endswith(".json") else manifest_url(args.data, args.split)
     for path in args.model:
-        check_data_vocab(url, load_vocab(path), path)
+        check_data_vocab(url, export_vocab(path), path)
     streams = TokenStreams(
         url, rows_per_rank=rows // world.world_size, tgt_len=tgt_len, rank=world.rank,
         world_size=world.world_size, tail=True, expected_vocab_size=model.config.n_token,

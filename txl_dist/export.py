@@ -42,11 +42,11 @@ from txl_dist.engine.checkpoint import (
     find_resume_point,
     load_trusted,
 )
+from txl_dist.exported import DTYPES
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 README_FILE = "README.md"
 MODEL_STATES = "mp_rank_00_model_states.pt"  # ZeRO 0-2: module weights (+ optimizer at stage 0)
 
@@ -169,7 +169,9 @@ def build_model(ckpt: Checkpoint, weights: dict[str, Tensor], dtype: torch.dtype
     return model.eval()
 
 
-def load_vocab(ckpt: Checkpoint, path: str | None, storage_options: dict | None = None) -> Vocab:
+def training_vocab(
+    ckpt: Checkpoint, path: str | None, storage_options: dict | None = None
+) -> Vocab:
     """The run's vocabulary (data.path, or `path`), checked against the checkpoint's hash.
 
     Credentials come from the caller (command line, environment), never from the checkpoint,
@@ -204,7 +206,7 @@ def export(
     """Write OUT_DIR from a checkpoint; returns the checkpoint that was exported."""
     ckpt = open_checkpoint(ckpt_dir)
     # Fail on a bad vocabulary before the slow part.
-    vocab = load_vocab(ckpt, vocab_path, storage_options)
+    vocab = training_vocab(ckpt, vocab_path, storage_options)
     model = build_model(ckpt, consolidated_weights(ckpt), DTYPES[dtype])
 
     def write_extra(directory: str) -> None:

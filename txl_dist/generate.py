@@ -23,9 +23,9 @@ import torch
 from torch import Tensor
 
 from data_pipeline.vocab import EOS, SENTENCE, Vocab
-from txl_dist.evaluate import load_vocab
-from txl_dist.export import DTYPES, VOCAB_FILE
+from txl_dist.exported import DTYPES, export_vocab
 from txl_dist.model import TransformerXL
+from txl_dist.model.transformer import VOCAB_FILE
 
 
 @dataclass
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sampling = Sampling(args.temperature, args.top_k, args.top_p)
         model = TransformerXL.from_pretrained(args.model, map_location=args.device)
-        vocab = load_vocab(args.model)
+        vocab = export_vocab(args.model)
         if vocab is None:
             raise FileNotFoundError(f"{args.model} has no {VOCAB_FILE}: generation needs it")
     except (FileNotFoundError, ValueError) as err:

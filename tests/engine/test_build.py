@@ -1,4 +1,4 @@
-"""Under ZeRO-3 the model is built partitioned, with the same initial weights as a plain build."""
+"""Model construction: partitioned under ZeRO-3 like the plain build; layer recompute."""
 
 import torch
 
@@ -6,7 +6,8 @@ from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import DEEPSPEED, free_port
 from txl_dist.config import load_run_config
-from txl_dist.engine.train import build_model
+from txl_dist.engine.build import _checkpoint_layers, build_model
+from txl_dist.model import TransformerXL, TXLConfig
 
 SETTINGS = ["model.n_token=12000", "train.seed=7"]
 
@@ -31,3 +32,21 @@ def test_zero3_build_is_partitioned_and_equals_the_plain_build(tmp_path):
         # zero.Init keeps parameters in the training dtype (bf16): the plain fp32 build rounded
         assert gathered[name].dtype == torch.bfloat16, name
         assert torch.equal(gathered[name], weight.detach().bfloat16()), name
+
+
+def test_activation_checkpointing_keeps_loss_and_gradients():
+    config = TXLConfig(
+        n_token=50, n_layer=2, n_head=2, d_model=8, d_head=4, d_inner=16, dropout=0.0
+    )
+    ids = torch.randint(0, 50, (2, 5), generator=torch.Generator().manual_seed(0))
+    grads = []
+    for recompute in (False, True):
+        torch.manual_seed(0)
+        model = TransformerXL(config)
+        if recompute:
+            _checkpoint_layers(model)
+        out = model(ids, ids, model(ids).mems)
+        out.loss.sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for plain, recomputed in zip(*grads):
+        torch.testing.assert_close(recomputed, plain)

@@ -1,22 +1,163 @@
+"""The loop's order of train steps, logs, evaluations, saves and stops, with fake parts.
+
+One process, no DeepSpeed: a fake engine, a list-backed stream, a stop request that fires at a
+chosen step, and evaluation and saving that only record that they happened.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
 import torch
 
-from txl_dist.engine.train import _checkpoint_layers
-from txl_dist.model import TransformerXL, TXLConfig
+from tests.conftest import REPO_ROOT
+from txl_dist.config import load_run_config
+from txl_dist.engine.dist import World
+from txl_dist.engine.evaluate import EvalResult
+from txl_dist.engine.memory import MemoryBank
+from txl_dist.engine.metrics import Metrics
+from txl_dist.engine.train import RunState, Trainer
+
+CPU = torch.device("cpu")
+ROWS, TGT_LEN = 2, 3
 
 
-def test_activation_checkpointing_keeps_loss_and_gradients():
-    config = TXLConfig(
-        n_token=50, n_layer=2, n_head=2, d_model=8, d_head=4, d_inner=16, dropout=0.0
+class FakeEngine:
+    """What the loop uses of a DeepSpeed engine; the loss is the step count, so logs show it."""
+
+    def __init__(self, events: list[str]):
+        self.events, self.steps = events, 0
+
+    def __call__(self, input_ids, targets, mems):
+        loss = torch.full(targets.shape, float(self.steps), requires_grad=True)
+        return SimpleNamespace(loss=loss, mems=[input_ids.float().unsqueeze(-1)])
+
+    def train(self):
+        pass
+
+    def backward(self, loss):
+        loss.backward()
+
+    def step(self):
+        self.steps += 1
+        self.events.append(f"step{self.steps}")
+
+    def get_global_grad_norm(self):
+        return 0.5
+
+
+class ListStreams:
+    """Batches from a list, with the attributes the loop reads of TokenStreams."""
+
+    def __init__(self, steps: int):
+        self.batches = [torch.full((ROWS, TGT_LEN), s) for s in range(steps)]
+        self.new_epoch, self.epoch, self.vocab_size = False, 0, 10
+        self.manifest = SimpleNamespace(vocab_sha256="ab" * 32)
+        self.position, self.closed = 0, False
+
+    def __iter__(self):
+        for batch in self.batches:
+            self.position += 1
+            yield batch, batch
+
+    def state_dict(self):
+        return {"position": self.position}
+
+    def close(self):
+        self.closed = True
+
+
+class StopAt:
+    """A stop request that all ranks agree on after step `step`."""
+
+    def __init__(self, step: int | None, counter):
+        self.step, self.counter = step, counter
+
+    def agreed(self, device) -> bool:
+        return self.step is not None and self.counter() >= self.step
+
+    def reason(self) -> str:
+        return "SIGTERM received"
+
+
+def make_trainer(tmp_path, events, stop_at=None, start_step=0, **train):
+    settings = [f"data.path={tmp_path}", f"train.out_dir={tmp_path}", "model.n_token=10"]
+    settings += ["model.cutoffs=[]", "model.tie_projs=[false]", "logging.log_interval=2"]
+    settings += [f"train.{key}={value}" for key, value in train.items()]
+    config = load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), settings)
+    engine = FakeEngine(events)
+    engine.steps = start_step
+
+    def evaluate_split(split):
+        events.append(f"eval:{split}@{engine.steps}")
+        return EvalResult(loss=1.0, ppl=2.7, tokens=6, seconds=0.1)
+
+    def save_checkpoint(state):
+        events.append(f"save@{state.step}")
+        return f"checkpoints/global_step{state.step}"
+
+    return Trainer(
+        config=config,
+        world=World(rank=0, local_rank=0, world_size=1),
+        device=CPU,
+        engine=engine,
+        scheduler=SimpleNamespace(get_last_lr=lambda: [1e-3]),
+        streams=ListStreams(config.train.max_steps),
+        memory=MemoryBank(1),
+        metrics=Metrics(str(tmp_path), enabled=True, run={"run_id": "r", "restart": 0}),
+        stop=StopAt(stop_at, lambda: engine.steps),
+        evaluate_split=evaluate_split,
+        save_checkpoint=save_checkpoint,
+        state=RunState(run_id="r", step=start_step),
+        micro=ROWS,
+        accum=1,
     )
-    ids = torch.randint(0, 50, (2, 5), generator=torch.Generator().manual_seed(0))
-    grads = []
-    for recompute in (False, True):
-        torch.manual_seed(0)
-        model = TransformerXL(config)
-        if recompute:
-            _checkpoint_layers(model)
-        out = model(ids, ids, model(ids).mems)
-        out.loss.sum().backward()
-        grads.append([p.grad.clone() for p in model.parameters()])
-    for plain, recomputed in zip(*grads):
-        torch.testing.assert_close(recomputed, plain)
+
+
+def logged_steps(tmp_path) -> list[int]:
+    rows = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(r)["step"] for r in rows if "split" not in json.loads(r)]
+
+
+def test_evaluates_and_saves_at_their_intervals_and_at_the_end(tmp_path):
+    events = []
+    trainer = make_trainer(tmp_path, events, max_steps=6, eval_interval=4, save_interval=3)
+    assert trainer.run() is None
+    assert events == [
+        "step1", "step2", "step3", "save@3", "step4", "eval:valid@4", "step5",
+        "step6", "save@6", "eval:valid@6", "eval:test@6",
+    ]  # fmt: skip
+    assert logged_steps(tmp_path) == [2, 4, 6] and trainer.streams.closed
+
+
+def test_the_end_does_not_save_or_evaluate_twice(tmp_path):
+    events = []
+    trainer = make_trainer(tmp_path, events, max_steps=4, eval_interval=4, save_interval=2)
+    trainer.config.data.test_split = None
+    trainer.run()
+    assert events == ["step1", "step2", "save@2", "step3", "step4", "eval:valid@4", "save@4"]
+
+
+@pytest.mark.parametrize("stop_at,saves", [(4, ["save@3", "save@4"]), (3, ["save@3"])])
+def test_a_stop_saves_once_and_ends_the_loop_without_the_final_evaluation(tmp_path, stop_at, saves):
+    events = []
+    trainer = make_trainer(tmp_path, events, stop_at=stop_at, max_steps=10, save_interval=3)
+    assert trainer.run() == "SIGTERM received"
+    steps = [f"step{s}" for s in range(1, stop_at + 1)]
+    assert [e for e in events if e.startswith("step")] == steps
+    assert [e for e in events if not e.startswith("step")] == saves  # no evaluation
+    assert events[-1] == f"save@{stop_at}" and trainer.step == stop_at and trainer.streams.closed
+
+
+@pytest.mark.parametrize("valid_split", [None, "valid"])
+def test_a_resumed_run_continues_from_its_step(tmp_path, valid_split):
+    events = []
+    trainer = make_trainer(tmp_path, events, start_step=4, max_steps=6, eval_interval=0)
+    trainer.config.data.valid_split = valid_split
+    trainer.config.data.test_split = None
+    trainer.run()
+    final_eval = ["eval:valid@6"] if valid_split else []
+    assert events == ["step5", "step6", "save@6", *final_eval]
+    assert logged_steps(tmp_path) == [6]

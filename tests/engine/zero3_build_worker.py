@@ -9,8 +9,8 @@ import deepspeed
 import torch
 
 from txl_dist.config import load_run_config
+from txl_dist.engine.build import build_model, deepspeed_config
 from txl_dist.engine.dist import init_distributed, world_from_env
-from txl_dist.engine.train import build_model, deepspeed_config
 
 if __name__ == "__main__":
     args = [arg for arg in sys.argv[1:] if not arg.startswith("--local_rank")]  # the launcher's

@@ -108,6 +108,17 @@ def test_bf16_autocast_forward_backward_with_div_val_4():
     assert model.word_emb.emb_projs[2].grad is not None
 
 
+def test_lengths_apply_within_the_block_and_never_touch_the_callers_config():
+    config = small_config(mem_len=4)
+    model = TransformerXL(config).eval()
+    with model.lengths(mem_len=9, same_length=True):
+        mems = model(tokens(1, 6)).mems
+        assert mems[0].shape == (1, 6, 16) and model.config.mem_len == 9
+    assert (model.config.mem_len, model.config.same_length) == (4, False)
+    model.set_lengths(mem_len=7)
+    assert config.mem_len == 4 and model(tokens(1, 6)).mems[0].shape == (1, 6, 16)
+
+
 def test_set_lengths_changes_context_at_eval_time():
     model = TransformerXL(small_config(mem_len=4)).eval()
     model.set_lengths(mem_len=9, same_length=True, clamp_len=3)

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from txl_dist.config import section_from_dict
+from txl_dist.schema import section_from_dict
 
 
 @dataclass

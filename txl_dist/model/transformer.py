@@ -8,11 +8,12 @@ gradients never cross a segment boundary (section 3.2 of the paper).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import torch
@@ -84,7 +85,7 @@ class TransformerXL(nn.Module):
 
     def __init__(self, config: TXLConfig, init_weights: bool = True):
         super().__init__()
-        self.config = config
+        self.config = dataclasses.replace(config)  # ours: set_lengths never edits the caller's
         self.word_emb = AdaptiveEmbedding(config)
         self.drop = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_layer))
@@ -162,6 +163,23 @@ class TransformerXL(nn.Module):
             if value is not None:
                 setattr(self.config, name, value)
         self.config.validate()
+
+    @contextlib.contextmanager
+    def lengths(
+        self,
+        tgt_len: int | None = None,
+        mem_len: int | None = None,
+        clamp_len: int | None = None,
+        same_length: bool | None = None,
+    ) -> Iterator[TransformerXL]:
+        """Within the block the model runs with these lengths, afterwards with the previous ones."""
+        c = self.config
+        saved = (c.tgt_len, c.mem_len, c.clamp_len, c.same_length)
+        self.set_lengths(tgt_len, mem_len, clamp_len, same_length)
+        try:
+            yield self
+        finally:
+            self.set_lengths(*saved)
 
     def init_mems(self, batch_size: int) -> list[Tensor]:
         """Empty memory [B, 0, d_model] for each layer, on the model's device and dtype."""

@@ -1,11 +1,11 @@
-"""The stop file is created exclusively, never through a planted link."""
+"""The pretrain command: the stop file is created exclusively, never through a planted link."""
 
 import json
 import os
 
 import pytest
 
-from txl_dist.engine.train import _write_stop_file
+from txl_dist.engine.cli import _write_stop_file
 
 
 def test_stop_file_is_private_and_names_the_job(tmp_path, monkeypatch):

@@ -1,0 +1,237 @@
+"""Everything with side effects before the loop: process group, model, DeepSpeed engine, streams,
+resume, run files and wandb. `build_trainer` hands the parts to a Trainer, which only runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import deepspeed
+import torch
+
+from data_pipeline.shards import manifest_url
+from data_pipeline.streams import TokenStreams
+from txl_dist.config import ConfigError, RunConfig
+from txl_dist.engine import checkpoint
+from txl_dist.engine.checkpoint import CheckpointState, ResumePoint
+from txl_dist.engine.dist import World, init_distributed
+from txl_dist.engine.evaluate import EvalResult, evaluate
+from txl_dist.engine.memory import MemoryBank
+from txl_dist.engine.metrics import Metrics
+from txl_dist.engine.schedule import lr_multiplier
+from txl_dist.engine.signals import StopRequest
+from txl_dist.engine.train import RunState, Trainer
+from txl_dist.model import TransformerXL
+
+
+def build_trainer(
+    config: RunConfig, world: World, micro: int, accum: int, resume: str | None
+) -> Trainer:
+    """A Trainer for this rank: resumed from `resume` (auto or a path) when there is one."""
+    out_dir = config.train.out_dir
+    point = checkpoint.find_resume_point(resume, out_dir)
+    device = init_distributed(world, config.train.dist_timeout_s)
+    os.makedirs(out_dir, exist_ok=True)
+    universal = checkpoint.needs_universal(point, world.world_size, config.zero_stage)
+    ds_config = deepspeed_config(config, micro, accum, universal)
+    model = build_model(config, ds_config)
+    if config.train.activation_checkpointing:
+        _checkpoint_layers(model)
+    optimizer = build_optimizer(model, config)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_multiplier(config.optim, config.train.max_steps)
+    )
+    engine, _, _, scheduler = deepspeed.initialize(
+        model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
+    )
+    streams = open_streams(config, world, config.data.train_split, tail=False, rows=micro * accum)
+    memory = MemoryBank(accum)
+    state = RunState(run_id=uuid.uuid4().hex[:12])
+    if point is not None:
+        state = restore(point, universal, engine, streams, memory, config, world, device)
+    # Every metrics row says which run and which start of it wrote it: txl-report draws one run.
+    metrics = Metrics(out_dir, world.is_main, run=dict(run_id=state.run_id, restart=state.restarts))
+    if world.is_main:
+        with open(os.path.join(out_dir, "config.json"), "w") as f:
+            json.dump(config.public_dict(), f, indent=2)
+    trainer = Trainer(
+        config=config,
+        world=world,
+        device=device,
+        engine=engine,
+        scheduler=scheduler,
+        streams=streams,
+        memory=memory,
+        metrics=metrics,
+        stop=StopRequest(config.train.max_wallclock),
+        evaluate_split=SplitEvaluator(engine, config, world, device),
+        save_checkpoint=Checkpointer(engine, config, memory, world.rank * micro * accum).save,
+        state=state,
+        micro=micro,
+        accum=accum,
+    )
+    trainer.announce_job()
+    metrics.start_wandb(config.logging.wandb, out_dir, config.to_dict(), state.run_id)
+    return trainer
+
+
+def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.Optimizer:
+    o = config.optim
+    kwargs = dict(lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+    if o.name == "adam":
+        return torch.optim.Adam(model.parameters(), **kwargs)
+    if o.name == "adamw":
+        return torch.optim.AdamW(model.parameters(), **kwargs)
+    from deepspeed.ops.lamb import FusedLamb  # needs a GPU build of DeepSpeed's ops
+
+    return FusedLamb(model.parameters(), **kwargs)
+
+
+def build_model(config: RunConfig, ds_config: dict) -> TransformerXL:
+    """The model with its initial weights from train.seed, the same on every rank and stage.
+
+    Under ZeRO-3 it is built inside `deepspeed.zero.Init`: each module is partitioned as soon
+    as it exists and initialised through a gather, so no rank ever holds the whole model.
+    """
+    if config.zero_stage == 3:
+        with deepspeed.zero.Init(config_dict_or_path=ds_config):
+            model = TransformerXL(config.model, init_weights=False)
+        # Parameters appended to a ParameterList after its __init__ (the adaptive projections)
+        # escape the context; partition them too.
+        deepspeed.zero.Init(module=model, config_dict_or_path=ds_config)
+
+        def gathered(params):
+            return deepspeed.zero.GatheredParameters(params, modifier_rank=0)
+    else:
+        model, gathered = TransformerXL(config.model, init_weights=False), None
+    torch.manual_seed(config.train.seed)
+    model.init_weights(gathered)
+    return model
+
+
+def deepspeed_config(config: RunConfig, micro: int, accum: int, load_universal: bool) -> dict:
+    ds = json.loads(json.dumps(config.deepspeed))  # a copy DeepSpeed may mutate
+    ds.update(
+        train_batch_size=config.train.global_rows,
+        train_micro_batch_size_per_gpu=micro,
+        gradient_accumulation_steps=accum,
+    )
+    ds.setdefault("steps_per_print", 10**9)  # we log ourselves
+    if load_universal:
+        ds.setdefault("checkpoint", {})["load_universal"] = True
+    return ds
+
+
+def open_streams(
+    config: RunConfig, world: World, split: str, tail: bool, rows: int, tgt_len: int | None = None
+) -> TokenStreams:
+    """This rank's `rows` stream rows of `split` (tail=True: evaluation, every token once)."""
+    data = config.data
+    return TokenStreams(
+        manifest_url(data.path, split),
+        rows_per_rank=rows,
+        tgt_len=tgt_len or config.model.tgt_len,
+        rank=world.rank,
+        world_size=world.world_size,
+        seed=config.train.seed,
+        order=data.order,
+        tail=tail,
+        expected_vocab_size=config.model.n_token,
+        storage_options=data.storage_options,
+    )
+
+
+def restore(
+    point: ResumePoint,
+    universal: bool,
+    engine,
+    streams: TokenStreams,
+    memory: MemoryBank,
+    config: RunConfig,
+    world: World,
+    device: torch.device,
+) -> RunState:
+    """Load a checkpoint into the engine, stream position, memories and RNG; the run's state."""
+    client = point.client
+    checkpoint.check_resumable(point, config.train.global_rows, streams.manifest.vocab_sha256)
+    tag = checkpoint.convert_to_universal(point) if universal else point.tag
+    load_path, _ = engine.load_checkpoint(point.directory, tag=tag)
+    if load_path is None:
+        raise RuntimeError(f"DeepSpeed could not load checkpoint {point.directory}/{tag}")
+    streams.load_state_dict(client.stream)
+    rows, rng = checkpoint.load_memories(point, streams.rows, world.rank)
+    memory.load_rows(rows, device)
+    if rng is not None:
+        checkpoint.set_rng_state(rng)
+    else:
+        torch.manual_seed(config.train.seed * 1000 + world.rank + client.step)
+    if world.is_main:
+        note = "optimizer via universal checkpoint" if universal else "exact"
+        if client.world_size != world.world_size:
+            note += "; dropout RNG re-seeded for the new world size"
+        print(
+            f"[txl-dist] resumed {point.tag} at step {client.step} (saved on "
+            f"{client.world_size} ranks, now {world.world_size}; {note})",
+            flush=True,
+        )
+    job = os.environ.get("SLURM_JOB_ID")
+    return RunState(
+        run_id=client.run_id or uuid.uuid4().hex[:12],
+        step=client.step,
+        restarts=client.restarts + 1,
+        requeues=client.requeues + int(job is not None and job == client.slurm_job_id),
+    )
+
+
+class SplitEvaluator:
+    """Scores a whole split with the config's evaluation lengths, distributed over the ranks."""
+
+    def __init__(self, engine, config: RunConfig, world: World, device: torch.device):
+        self.engine, self.config, self.world, self.device = engine, config, world, device
+
+    def __call__(self, split: str) -> EvalResult:
+        eval_cfg = self.config.model.for_eval()
+        rows = self.config.train.eval_rows or self.config.train.global_rows
+        if rows % self.world.world_size:
+            raise ConfigError(
+                f"train.eval_rows={rows} must be a multiple of the world size "
+                f"{self.world.world_size}"
+            )
+        rows //= self.world.world_size
+        streams = open_streams(
+            self.config, self.world, split, tail=True, rows=rows, tgt_len=eval_cfg.tgt_len
+        )
+        lengths = (eval_cfg.tgt_len, eval_cfg.mem_len, eval_cfg.clamp_len, eval_cfg.same_length)
+        self.engine.eval()
+        try:
+            with self.engine.module.lengths(*lengths):
+                return evaluate(self.engine, streams, self.device, progress=self.world.is_main)
+        finally:
+            streams.close()
+
+
+class Checkpointer:
+    """Saves complete checkpoints of this run (all ranks call it at the same step)."""
+
+    def __init__(self, engine, config: RunConfig, memory: MemoryBank, first_row: int):
+        self.engine, self.memory, self.first_row = engine, memory, first_row
+        self.directory = os.path.join(config.train.out_dir, checkpoint.CHECKPOINT_DIR)
+        self.keep_last = config.train.keep_last
+
+    def save(self, state: CheckpointState) -> str:
+        """Write every rank's part of the checkpoint for state.step; returns its path."""
+        tag = checkpoint.save(
+            self.engine, self.directory, state, self.memory, self.first_row, self.keep_last
+        )
+        return os.path.join(self.directory, tag)
+
+
+def _checkpoint_layers(model: TransformerXL) -> None:
+    """Recompute each decoder layer in backward instead of storing its activations."""
+    from torch.utils.checkpoint import checkpoint as recompute
+
+    for layer in model.layers:
+        forward = layer.forward
+        layer.forward = lambda *args, _f=forward: recompute(_f, *args, use_reentrant=False)

@@ -1,0 +1,123 @@
+"""The pretrain command: arguments, checks before anything starts, build, run, the stop file.
+
+    deepspeed [--num_gpus N] launch/pretrain.py --config C [--set section.key=value ...]
+        [--resume auto|PATH] [--overwrite] [--stop-file PATH]
+
+Also runs under torchrun, srun and plain python (launch/pretrain.py calls `main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch.distributed as dist
+
+from txl_dist.config import ConfigError, RunConfig, load_run_config
+from txl_dist.engine import checkpoint, preflight, run_dir
+from txl_dist.engine.build import build_trainer
+from txl_dist.engine.dist import World, world_from_env
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="pretrain",
+        description="Pretrain Transformer-XL.",
+        epilog="TXL_SET in the environment adds whitespace-separated section.key=value overrides "
+        "applied after --set (e.g. TXL_SET='train.max_steps=3' for a smoke test).",
+    )
+    parser.add_argument("--config", required=True, help="run config JSON (path or URL)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (JSON-parsed), e.g. --set train.max_steps=100",
+    )
+    parser.add_argument(
+        "--resume", default=None, help="auto (the run's latest) or a checkpoint path"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh even if train.out_dir holds another run: move that run aside to "
+        "OUT_DIR.old-TIME (nothing is deleted)",
+    )
+    parser.add_argument(
+        "--stop-file",
+        default=None,
+        metavar="PATH",
+        help="after an early stop (stop signal or train.max_wallclock) has checkpointed, rank 0 "
+        "writes the step and reason here as JSON; batch scripts requeue the job on it",
+    )
+    parser.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    world = world_from_env()
+    try:
+        env_set = os.environ.get("TXL_SET", "").split()
+        config = load_run_config(args.config, args.set, env_set)
+        if env_set and world.is_main:  # said once: a variable left set must not go unnoticed
+            keys = ", ".join(o.partition("=")[0] for o in env_set)  # values may be secrets
+            print(f"[txl-dist] TXL_SET overrides {keys}", flush=True)
+        micro, accum = config.batch_layout(world.world_size)
+        if args.resume is None:
+            run_dir.claim(config.train.out_dir, args.overwrite, world.is_main)
+        elif args.resume == "auto" and _already_finished(config, world):
+            return
+        preflight.check_before_training(config)
+        trainer = build_trainer(config, world, micro, accum, args.resume)
+    except tuple(STARTUP_ERRORS) as err:  # one clear line from rank 0, exit 2; others quiet
+        if world.is_main:
+            kind = next(name for cls, name in STARTUP_ERRORS.items() if isinstance(err, cls))
+            print(f"{kind}: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    stopped_early = trainer.run()
+    if stopped_early and args.stop_file and world.is_main:
+        checkpoints = os.path.join(config.train.out_dir, checkpoint.CHECKPOINT_DIR)
+        _write_stop_file(args.stop_file, trainer.step, stopped_early, checkpoints)
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+# Errors found before training starts, and how their one line begins.
+STARTUP_ERRORS = {
+    ConfigError: "config error",
+    run_dir.RunDirError: "run directory error",
+    checkpoint.UnsafeCheckpointError: "checkpoint error",  # refused before anything unpickled
+}
+
+
+def _already_finished(config: RunConfig, world: World) -> bool:
+    """A rerun of a run that reached train.max_steps says so instead of starting ranks (from
+    another run's checkpoint, --resume PATH, a finished run still evaluates)."""
+    point = checkpoint.find_resume_point("auto", config.train.out_dir)
+    if point is None or point.client.step < config.train.max_steps:
+        return False
+    if world.is_main:
+        print(
+            f"[txl-dist] run {point.client.run_id} already finished: {point.tag} reached "
+            f"train.max_steps={config.train.max_steps}; raise train.max_steps to train further",
+            flush=True,
+        )
+    return True
+
+
+def _write_stop_file(path: str, step: int, reason: str, ckpt_dir: str) -> None:
+    """Written only once the checkpoint is complete: its presence means "resume me".
+
+    Created exclusively and never through a link, so a planted file or symlink is an error
+    rather than a file of someone else's overwritten.
+    """
+    note = dict(step=step, reason=reason, checkpoints=ckpt_dir)
+    if os.environ.get("SLURM_JOB_ID"):  # the batch script requeues only its own job's note
+        note["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(path, flags, 0o600), "w") as f:
+        json.dump(note, f)

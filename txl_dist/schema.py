@@ -1,0 +1,97 @@
+"""Dataclasses from JSON objects: the one place that checks keys and value types.
+
+`section_from_dict` refuses unknown keys (naming the closest valid one), missing required keys and
+values of the wrong type (naming the expected type), and builds fields that are dataclasses
+themselves from nested objects, so every error names the full `section.key`. The run config
+(txl_dist.config) and the model config (txl_dist.model.config) both build through it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, TypeVar
+
+from data_pipeline.redact import redact
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config value or key is wrong; the message names it and says what to change."""
+
+
+def section_from_dict(cls: type[T], values: dict[str, Any], section: str = "") -> T:
+    """Build dataclass `cls` from `values`, checking keys and types; errors name `section.key`
+    (`section` is the dotted path of `values`, "" at the top)."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{section} must be a JSON object, got {type(values).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    built = {}
+    for key, value in values.items():
+        name = f"{section}.{key}" if section else key
+        if key not in fields:
+            raise ConfigError(f"unknown key {name}{_suggestion(key, section, fields)}")
+        if dataclasses.is_dataclass(hints[key]):
+            built[key] = section_from_dict(hints[key], value, name)
+            continue
+        if not _matches(value, hints[key]):
+            shown = redact({key: value})[key]  # never echo a secret
+            raise ConfigError(
+                f"{name} must be {_type_name(hints[key])}, got {shown!r} ({type(value).__name__})"
+            )
+        built[key] = value
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing := [key for key in required if key not in values]:
+        prefix = f"{section}." if section else ""
+        raise ConfigError(f"missing key {', '.join(prefix + k for k in missing)}")
+    try:
+        return cls(**built)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+
+
+def _suggestion(key: str, section: str, fields: set[str]) -> str:
+    close = difflib.get_close_matches(key, sorted(fields), n=1)
+    if close:
+        return f" (did you mean {section + '.' if section else ''}{close[0]}?)"
+    return f"; valid keys: {', '.join(sorted(fields))}"
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return isinstance(value, list) and all(_matches(v, item) for v in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    if hint is Any:
+        return True
+    if hint is float:
+        # JSON has one number type: 1 is a fine float, True is not.
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return "null"
+    if origin is not None:
+        return str(hint).replace("typing.", "")
+    return getattr(hint, "__name__", str(hint))
