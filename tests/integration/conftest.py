@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from data_pipeline.prepare import main as prepare_main
 from tests.integration.runs import STEPS, train
-
-# DeepSpeed JIT-builds its CPU communication op on first use into a cache shared by every Python
-# environment of the user; checkouts with their own .venv then rebuild it in turn and wait on each
-# other's build lock. One cache per environment builds once.
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
-
 
 VALID_BYTES = 100_000  # of the 1.1 MB valid split: evaluations of a few seconds, not minutes
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import sysconfig
 import tempfile
 from dataclasses import dataclass
@@ -82,6 +83,10 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
     os.environ["PATH"] = os.pathsep.join(
         [sysconfig.get_path("scripts"), os.environ.get("PATH", os.defpath)]
     )
+    # It builds into a cache every environment of the user shares (~/.cache/torch_extensions):
+    # checkouts with their own venv rebuilt it in turn and waited on each other's build lock.
+    # One cache per environment; ranks started over ssh (no inherited variables) agree on it.
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
     accelerator = get_accelerator()
     if accelerator.device_name() != "cpu":
         accelerator.set_device(world.local_rank)
