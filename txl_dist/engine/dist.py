@@ -6,6 +6,7 @@ Works under `deepspeed`, `torchrun`, `srun` (SLURM variables) and plain `python`
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sys
@@ -101,4 +102,25 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
         timeout=timedelta(seconds=timeout_s),
         **rendezvous,
     )
+    if accelerator.device_name() == "cpu" and world.world_size > 1:
+        _unlink_shm_buffer(world.rank)
     return torch.device(accelerator.device_name(world.local_rank))
+
+
+def _unlink_shm_buffer(rank: int) -> None:
+    """Remove this rank's DeepSpeed shared-memory allreduce buffer from /dev/shm.
+
+    DeepSpeed's CPU communication op creates one 66 MiB buffer per rank and never unlinks it:
+    every run left them in /dev/shm, in RAM, until reboot. Every rank maps all of them while
+    the process group starts; after a barrier no rank opens one again, so the names can go
+    (the mappings live on until the processes exit).
+    """
+    import torch.distributed as dist
+
+    dist.barrier()
+    name = (
+        f"deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR')}_"
+        f"{os.environ.get('MASTER_PORT')}_{rank}"
+    )
+    with contextlib.suppress(FileNotFoundError):  # not all ranks local: no buffer
+        os.unlink(os.path.join("/dev/shm", name))

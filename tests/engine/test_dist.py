@@ -1,0 +1,89 @@
+"""Process groups: a single process listens on no network interface (no unauthenticated
+TCPStore), and CPU ranks leave no shared memory behind.
+
+gloo keeps a listener for peers even when it has none; it must stay on the loopback device.
+"""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+from tests.integration.runs import free_port
+
+SCRIPT = """
+import os, torch, torch.distributed as dist
+from txl_dist.engine.dist import World, init_distributed
+init_distributed(World(0, 1, 0))
+t = torch.ones(1)
+dist.all_reduce(t)
+assert t.item() == 1
+sockets = set()
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        continue
+    if target.startswith("socket:["):
+        sockets.add(target[8:-1])
+listening = [
+    line.split()[1]
+    for table in ("/proc/net/tcp", "/proc/net/tcp6")
+    for line in open(table).read().splitlines()[1:]
+    if line.split()[3] == "0A" and line.split()[9] in sockets  # 0A: LISTEN
+]
+print("LISTENING", listening)
+"""
+
+
+LOOPBACK = ("0100007F", "00000000000000000000000001000000")  # 127.0.0.1, ::1 in /proc/net
+
+
+def test_one_process_listens_on_no_network_interface():
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1"}  # the reported setting
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"):
+        env.pop(name, None)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300,
+        cwd=REPO_ROOT, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    listening = ast.literal_eval(proc.stdout.split("LISTENING ")[1].splitlines()[0])
+    assert all(address.split(":")[0] in LOOPBACK for address in listening), listening
+
+
+SHM_RANK = """
+import os, sys, torch, torch.distributed as dist
+from txl_dist.engine.dist import World, init_distributed
+rank = int(sys.argv[1])
+init_distributed(World(rank, 2, rank))
+t = torch.ones(1)
+dist.all_reduce(t)
+assert t.item() == 2
+name = f"deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_{os.environ['MASTER_PORT']}_{rank}"
+print("LEFT", os.path.exists(os.path.join("/dev/shm", name)), flush=True)
+dist.barrier()
+"""
+
+
+def test_two_cpu_ranks_leave_no_shared_memory_buffer_behind():
+    # DeepSpeed's CPU op creates a 66 MiB /dev/shm buffer per rank and never removes it.
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env["LOCAL_SIZE"] = "2"  # what the deepspeed launcher sets: all ranks on one machine
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", SHM_RANK, str(rank)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT,
+            env=env,
+        )  # fmt: skip
+        for rank in (0, 1)
+    ]
+    outputs = [rank.communicate(timeout=300) for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0], outputs[0][1][-2000:]
+    assert [out.split("LEFT ")[1].strip() for out, _ in outputs] == ["False", "False"]
+    assert not list(Path("/dev/shm").glob(f"deepspeed_*_{env['MASTER_PORT']}_*"))
