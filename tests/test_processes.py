@@ -25,7 +25,7 @@ LAUNCHER = (
     "open(sys.argv[1], 'w').write(str(rank.pid)); time.sleep(300)"
 )
 
-def test_launches(tmp_path_factory):
+def test_launches():
     run([sys.executable, "-c", LAUNCHER, PID_FILE], timeout=600)
 """
 
@@ -35,7 +35,9 @@ def test_ctrl_c_during_a_test_ends_the_launcher_and_its_ranks(tmp_path):
     test = LAUNCHING_TEST.replace("PID_FILE", repr(str(pid_file)))
     (tmp_path / "test_launching.py").write_text(test)
     pytest_run = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        # A basetemp of its own: a new numbered one would remove old ones at exit, for minutes.
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)]
+        + ["--basetemp", str(tmp_path / "inner")],
         cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
         stdout=subprocess.PIPE,
@@ -49,7 +51,7 @@ def test_ctrl_c_during_a_test_ends_the_launcher_and_its_ranks(tmp_path):
             time.sleep(0.1)
         rank = psutil.Process(int(pid_file.read_text()))
         os.kill(pytest_run.pid, signal.SIGINT)  # Ctrl-C reaches pytest (its group is apart)
-        output, _ = pytest_run.communicate(timeout=60)
+        output, _ = pytest_run.communicate(timeout=120)
         assert b"KeyboardInterrupt" in output
         gone, alive = psutil.wait_procs([rank], timeout=10)
         assert rank in gone and not alive

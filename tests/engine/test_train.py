@@ -151,6 +151,15 @@ def test_a_stop_saves_once_and_ends_the_loop_without_the_final_evaluation(tmp_pa
     assert events[-1] == f"save@{stop_at}" and trainer.step == stop_at and trainer.streams.closed
 
 
+def test_a_stop_at_the_last_step_finishes_the_run(tmp_path):
+    # Not an early stop: a batch script must not requeue a run that is done.
+    events = []
+    trainer = make_trainer(tmp_path, events, stop_at=4, max_steps=4, save_interval=3)
+    trainer.config.data.test_split = None
+    assert trainer.run() is None
+    assert events[-3:] == ["step4", "save@4", "eval:valid@4"]
+
+
 @pytest.mark.parametrize("valid_split", [None, "valid"])
 def test_a_resumed_run_continues_from_its_step(tmp_path, valid_split):
     events = []

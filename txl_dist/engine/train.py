@@ -121,7 +121,8 @@ class Trainer:
                 window = _Window()
             if self._evaluates_now():
                 self._evaluate(self.config.data.valid_split)
-            stop = self.stop.agreed(self.device)
+            # A stop at the last step is the end of the run, not an early stop to resume.
+            stop = self.stop.agreed(self.device) and self.step < train.max_steps
             if stop or (train.save_interval and self.step % train.save_interval == 0):
                 self._save()
                 last_saved = self.step
