@@ -6,6 +6,7 @@ process); results are read back from metrics.jsonl and the checkpoint directory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -206,20 +207,25 @@ def test_wandb_offline_run_holds_the_metrics(uninterrupted):
 # ---- signals ----
 
 
+@contextlib.contextmanager
+def training_after(cmd: list[str], out: Path, steps: int):
+    """The launcher of `cmd` in its own process group (a terminal's foreground job), once it
+    has logged `steps` training steps; its output is on the pipe."""
+    with processes.process_group(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT
+    ) as launcher:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.jsonl").exists() or len(train_losses(out)) < steps:
+            assert time.monotonic() < deadline and launcher.poll() is None, "training did not start"
+            time.sleep(0.1)
+        yield launcher
+
+
 def test_sigterm_to_one_rank_checkpoints_exits_0_and_resumes(wikitext, tmp_path):
     out = tmp_path / "signalled"
     stop_file = tmp_path / "stopped.json"
-    with processes.process_group(
-        command(out, wikitext, 2, ["train.max_steps=1000"], None) + ["--stop-file", str(stop_file)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=REPO_ROOT,
-    ) as launcher:
-        deadline = time.monotonic() + 120
-        while not (out / "metrics.jsonl").exists() or len(train_losses(out)) < 3:
-            assert time.monotonic() < deadline and launcher.poll() is None, "training did not start"
-            time.sleep(0.2)
+    cmd = command(out, wikitext, 2, ["train.max_steps=1000"], None)
+    with training_after(cmd + ["--stop-file", str(stop_file)], out, steps=3) as launcher:
         rank1 = next(
             p
             for p in psutil.Process(launcher.pid).children(recursive=True)
@@ -246,17 +252,8 @@ def test_ctrl_c_checkpoints_every_rank_and_resumes_exactly(
     small_corpus, uninterrupted, tmp_path, launcher, nprocs
 ):
     out = tmp_path / "interrupted"
-    with processes.process_group(  # its own group, as a terminal's foreground job
-        command(out, small_corpus, nprocs, HARD_RESUME, None, launcher=launcher),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=REPO_ROOT,
-    ) as run:
-        deadline = time.monotonic() + 120
-        while not (out / "metrics.jsonl").exists() or len(train_losses(out)) < 2:
-            assert time.monotonic() < deadline and run.poll() is None, "training did not start"
-            time.sleep(0.1)
+    cmd = command(out, small_corpus, nprocs, HARD_RESUME, None, launcher=launcher)
+    with training_after(cmd, out, steps=2) as run:
         os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         output, _ = run.communicate(timeout=120)
     tag = (out / "checkpoints" / checkpoint.LATEST).read_text()
