@@ -115,7 +115,7 @@ def measure_in_process(argv: list[str]) -> None:
     config = load_run_config(args.config, args.set)
     world = world_from_env()
     micro, accum = config.batch_layout(world.world_size)
-    trainer = build_trainer(config, world, micro, accum, resume=None)
+    trainer = build_trainer(config, world, micro, accum, point=None)
     batches = iter(trainer.streams)
     for _ in range(2):
         trainer.train_step(*next(batches))

@@ -27,11 +27,10 @@ from txl_dist.model import TransformerXL
 
 
 def build_trainer(
-    config: RunConfig, world: World, micro: int, accum: int, resume: str | None
+    config: RunConfig, world: World, micro: int, accum: int, point: ResumePoint | None
 ) -> Trainer:
-    """A Trainer for this rank: resumed from `resume` (auto or a path) when there is one."""
+    """A Trainer for this rank, resumed from `point` (checkpoint.find_resume_point) if given."""
     out_dir = config.train.out_dir
-    point = checkpoint.find_resume_point(resume, out_dir)
     device = init_distributed(world, config.train.dist_timeout_s)
     os.makedirs(out_dir, exist_ok=True)
     universal = checkpoint.needs_universal(point, world.world_size, config.zero_stage)

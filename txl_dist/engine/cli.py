@@ -68,10 +68,11 @@ def main(argv: list[str] | None = None) -> None:
         micro, accum = config.batch_layout(world.world_size)
         if args.resume is None:
             run_dir.claim(config.train.out_dir, args.overwrite, world.is_main)
-        elif args.resume == "auto" and _already_finished(config, world):
+        point = checkpoint.find_resume_point(args.resume, config.train.out_dir)
+        if args.resume == "auto" and _already_finished(point, config, world):
             return
         preflight.check_before_training(config)
-        trainer = build_trainer(config, world, micro, accum, args.resume)
+        trainer = build_trainer(config, world, micro, accum, point)
     except tuple(STARTUP_ERRORS) as err:  # one clear line from rank 0, exit 2; others quiet
         if world.is_main:
             kind = next(name for cls, name in STARTUP_ERRORS.items() if isinstance(err, cls))
@@ -94,10 +95,11 @@ STARTUP_ERRORS = {
 }
 
 
-def _already_finished(config: RunConfig, world: World) -> bool:
+def _already_finished(
+    point: checkpoint.ResumePoint | None, config: RunConfig, world: World
+) -> bool:
     """A rerun of a run that reached train.max_steps says so instead of starting ranks (from
     another run's checkpoint, --resume PATH, a finished run still evaluates)."""
-    point = checkpoint.find_resume_point("auto", config.train.out_dir)
     if point is None or point.client.step < config.train.max_steps:
         return False
     if world.is_main:
