@@ -252,7 +252,14 @@ def test_ctrl_c_checkpoints_every_rank_and_resumes_exactly(
     small_corpus, uninterrupted, tmp_path, launcher, nprocs
 ):
     out = tmp_path / "interrupted"
-    cmd = command(out, small_corpus, nprocs, HARD_RESUME, None, launcher=launcher)
+    cmd = command(
+        out,
+        small_corpus,
+        nprocs,
+        [*HARD_RESUME, "logging.wandb.mode=offline"],
+        None,
+        launcher=launcher,
+    )
     with training_after(cmd, out, steps=2) as run:
         os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         output, _ = run.communicate(timeout=120)
@@ -263,6 +270,8 @@ def test_ctrl_c_checkpoints_every_rank_and_resumes_exactly(
         f"memory_rank{r}.pt" for r in range(nprocs)
     }
     assert not rank_tracebacks(output), output[-3000:]  # no rank died of the interrupt
+    (wandb_log,) = out.glob("wandb/offline-run-*/logs/debug-internal.log")
+    assert "stream: all finished" in wandb_log.read_text(), output[-3000:]  # closed, not killed
     if launcher == "python":  # the launchers' own exit codes (and torchrun's trace) are theirs
         assert run.returncode == 0 and "Traceback" not in output, output[-3000:]
         return

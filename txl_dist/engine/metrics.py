@@ -5,10 +5,12 @@ A wandb failure is reported once and then wandb is left alone: tracking must nev
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import netrc
 import os
+import subprocess
 import sys
 import time
 import urllib.parse
@@ -67,6 +69,32 @@ def has_wandb_credentials() -> bool:
     return bool(entry and entry[2])
 
 
+@contextlib.contextmanager
+def own_wandb_service():
+    """Run wandb's backend outside this process's tree, unless WANDB_SERVICE names one already.
+
+    DeepSpeed's launcher answers Ctrl-C by terminating every descendant of each rank, wandb's
+    backend included, before rank 0 has saved its checkpoint and closed the run; a detached
+    backend (wandb's own `wandb beta core start`) lives while this process is connected to it,
+    then exits idle. WANDB_SERVICE is set only while wandb connects, not for child processes.
+    """
+    if os.environ.get("WANDB_SERVICE"):
+        yield
+        return
+    started = subprocess.run(
+        [sys.executable, "-m", "wandb", "beta", "core", "start", "--idle-timeout", "10s"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    os.environ["WANDB_SERVICE"] = started.stdout.strip()
+    try:
+        yield
+    finally:
+        del os.environ["WANDB_SERVICE"]
+
+
 class Metrics:
     """Writes records on rank 0; other ranks' calls do nothing."""
 
@@ -84,20 +112,21 @@ class Metrics:
         try:
             import wandb
 
-            self.wandb = wandb.init(
-                project=cfg.project,
-                entity=cfg.entity,
-                name=cfg.name or os.path.basename(os.path.normpath(out_dir)),
-                dir=cfg.dir or out_dir,
-                mode=mode,
-                config=redact(config),
-                id=run_id,
-                resume="allow",
-                # No command line, code or git state: --set arguments may carry credentials.
-                settings=wandb.Settings(
-                    x_disable_meta=True, save_code=False, disable_code=True, disable_git=True
-                ),
-            )
+            with own_wandb_service():
+                self.wandb = wandb.init(
+                    project=cfg.project,
+                    entity=cfg.entity,
+                    name=cfg.name or os.path.basename(os.path.normpath(out_dir)),
+                    dir=cfg.dir or out_dir,
+                    mode=mode,
+                    config=redact(config),
+                    id=run_id,
+                    resume="allow",
+                    # No command line, code or git state: --set arguments may carry credentials.
+                    settings=wandb.Settings(
+                        x_disable_meta=True, save_code=False, disable_code=True, disable_git=True
+                    ),
+                )
         except Exception as err:  # noqa: BLE001 - any wandb failure must leave training running
             self._wandb_failed(err)
 
