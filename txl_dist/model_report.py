@@ -18,6 +18,7 @@ from txl_dist.model.accounting import (
     build_on_meta,
     count_parameters,
     forward_flops_per_token,
+    train_flops_per_token,
 )
 
 
@@ -57,7 +58,7 @@ def inspect_config(path: str, world_size: int, overrides: list[str] = ()) -> Mod
         embedding_parameters=embedding,
         non_embedding_parameters=total - embedding,
         forward_flops_per_token=forward,
-        train_flops_per_token=3 * forward,
+        train_flops_per_token=train_flops_per_token(config),
         world_size=world_size,
         zero_bytes_per_rank={s: f(world_size) * total for s, f in ZERO_STAGES.items()},
         activation_bytes_per_row=activation_bytes_per_row(config, 2 if low_precision else 4),

@@ -6,6 +6,7 @@ A wandb failure is reported once and then wandb is left alone: tracking must nev
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import netrc
@@ -20,6 +21,8 @@ import torch
 
 from data_pipeline.redact import redact, redact_text
 from txl_dist.config import WandbConfig
+from txl_dist.model.accounting import train_flops_per_token
+from txl_dist.model.config import TXLConfig
 
 WANDB_DEFAULT_URL = "https://api.wandb.ai"
 
@@ -39,6 +42,28 @@ def device_peak_tflops(device: torch.device) -> float | None:
         return None
     name = torch.cuda.get_device_name(device)
     return next((peak for key, peak in PEAK_TFLOPS.items() if key in name), None)
+
+
+@dataclasses.dataclass
+class Throughput:
+    """Tokens/s and model FLOP utilisation of the whole job, from timed windows of steps."""
+
+    train_flops_per_token: float
+    """The model's forward + backward FLOPs per token."""
+    peak_flops: float | None
+    """Peak FLOP/s of the whole job (all ranks), None when unknown (no MFU then)."""
+
+    @classmethod
+    def of(cls, model: TXLConfig, peak_tflops: float | None, device: torch.device, ranks: int):
+        """`peak_tflops` per device, or the device's known peak."""
+        peak = peak_tflops or device_peak_tflops(device)
+        return cls(train_flops_per_token(model), peak * 1e12 * ranks if peak else None)
+
+    def mfu(self, tokens_per_s: float) -> float | None:
+        """Achieved over peak FLOP/s, for `tokens_per_s` trained by the whole job."""
+        if self.peak_flops is None:
+            return None
+        return self.train_flops_per_token * tokens_per_s / self.peak_flops
 
 
 def memory_gib(device: torch.device) -> float:

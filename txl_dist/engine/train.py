@@ -25,14 +25,13 @@ from txl_dist.engine.evaluate import EvalResult
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import (
     Metrics,
-    device_peak_tflops,
+    Throughput,
     eval_line,
     memory_gib,
     safe_exp,
     train_line,
 )
 from txl_dist.engine.signals import StopRequest
-from txl_dist.model.accounting import forward_flops_per_token
 
 
 class NonFiniteLossError(RuntimeError):
@@ -86,9 +85,9 @@ class Trainer:
         self.restarts, self.requeues = state.restarts, state.requeues
         self.micro, self.accum, self.rows_per_rank = micro, accum, micro * accum
         self.nonfinite_in_a_row, self.skipped_steps = 0, 0
-        peak = config.train.peak_tflops or device_peak_tflops(device)
-        self.peak_flops = peak * 1e12 if peak else None
-        self.train_flops_per_token = 3 * forward_flops_per_token(config.model)
+        self.throughput = Throughput.of(
+            config.model, config.train.peak_tflops, device, world.world_size
+        )
 
     def announce_job(self) -> None:
         """Which scheduler job, run and start this is, for the logs."""
@@ -205,11 +204,7 @@ class Trainer:
             tokens_per_s=tokens_per_s,
             step_time_s=w.seconds / w.steps,
             data_wait_s=w.data_wait / w.steps,
-            mfu=self.train_flops_per_token
-            * tokens_per_s
-            / (self.peak_flops * self.world.world_size)
-            if self.peak_flops
-            else None,
+            mfu=self.throughput.mfu(tokens_per_s),
             memory_gib=memory_gib(self.device),
             skipped_steps=self.skipped_steps,
             epoch=self.streams.epoch,

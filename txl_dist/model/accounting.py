@@ -70,6 +70,11 @@ def forward_flops_per_token(c: TXLConfig) -> float:
     return 2.0 * (c.n_layer * per_layer + softmax)
 
 
+def train_flops_per_token(c: TXLConfig) -> float:
+    """Forward plus backward: the backward pass costs twice the forward's matmuls."""
+    return 3 * forward_flops_per_token(c)
+
+
 def activation_bytes_per_row(c: TXLConfig, dtype_bytes: int = 2) -> float:
     """Estimated training activations of one micro-batch row: what autograd keeps for backward.
 
