@@ -106,9 +106,9 @@ def model_state_bytes(engine) -> int:
 
 def measure_in_process(argv: list[str]) -> None:
     """Runs under the launcher: two real training steps, then the census of this rank."""
+    from txl_dist.cli.pretrain import parse_args
     from txl_dist.config import load_run_config
     from txl_dist.engine.build import build_trainer
-    from txl_dist.engine.cli import parse_args
     from txl_dist.engine.dist import world_from_env
 
     args = parse_args(argv)
@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     args = parser.parse_args()
 
-    from txl_dist.model_report import inspect_config
+    from txl_dist.cli.inspect_model import inspect_config
 
     print(f"tiny config, {args.nproc} ranks, CPU: throughput of the last {args.steps // 2} steps")
     print(f"{'ZeRO':>4} {'dtype':>5} {'tokens/s':>9} {'step ms':>8}")

@@ -1,4 +1,4 @@
-"""Pretrain Transformer-XL: a thin entry point, the command is txl_dist.engine.cli.
+"""Pretrain Transformer-XL: a thin entry point, the command is txl_dist.cli.pretrain.
 
 deepspeed --num_gpus 2 launch/pretrain.py --config configs/tiny.json
 torchrun --nproc_per_node 2 launch/pretrain.py --config configs/tiny.json
@@ -9,7 +9,7 @@ from txl_dist.engine.signals import catch_stop_signals
 
 catch_stop_signals()  # before the engine's imports take seconds: a preemption warning may come
 
-from txl_dist.engine.cli import main  # noqa: E402
+from txl_dist.cli.pretrain import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

@@ -14,7 +14,8 @@ import torch
 import torch.distributed as dist
 from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
 
-from txl_dist.engine import cli, train
+from txl_dist.cli import pretrain
+from txl_dist.engine import train
 
 STATES = ("exp_avg", "exp_avg_sq")
 
@@ -44,4 +45,4 @@ def run_and_dump(trainer: train.Trainer, run=train.Trainer.run):
 
 if __name__ == "__main__":
     train.Trainer.run = run_and_dump
-    cli.main()
+    pretrain.main()

@@ -22,8 +22,8 @@ from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.real_size import wikitext_real_size
 from tests.integration.runs import DEEPSPEED, PRETRAIN, free_port, records
+from txl_dist.cli.export import export
 from txl_dist.config import load_run_config
-from txl_dist.export import export
 from txl_dist.model.accounting import build_on_meta, count_parameters
 
 STEPS = 3

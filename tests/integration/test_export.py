@@ -18,9 +18,9 @@ from safetensors.torch import load_file
 
 from data_pipeline import load_manifest, manifest_url
 from tests.integration.runs import STEPS, records
-from txl_dist import evaluate
+from txl_dist.cli import evaluate
+from txl_dist.cli.export import ExportError, export
 from txl_dist.engine.checkpoint import load_trusted
-from txl_dist.export import ExportError, export
 from txl_dist.model import TransformerXL
 
 TAG = f"global_step{STEPS}"

@@ -17,8 +17,8 @@ import pytest
 from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
-from txl_dist import evaluate
-from txl_dist.export import export
+from txl_dist.cli import evaluate
+from txl_dist.cli.export import export
 
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 TRAIN_MEM = 64  # configs/tiny.json: model.mem_len, with same_length false in training
@@ -45,7 +45,7 @@ def sweep_args(models: list[Path], data: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def one_process(models, wikitext) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "txl_dist.evaluate", *sweep_args(models, wikitext)],
+        [sys.executable, "-m", "txl_dist.cli.evaluate", *sweep_args(models, wikitext)],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -55,7 +55,7 @@ def one_process(models, wikitext) -> dict:
 def test_two_ranks_sweep_like_one_process(models, wikitext, one_process):
     torchrun = [TORCHRUN, "--nproc_per_node", "2", "--master_port", str(free_port())]
     proc = processes.run(
-        [*torchrun, "-m", "txl_dist.evaluate", *sweep_args(models, wikitext)],
+        [*torchrun, "-m", "txl_dist.cli.evaluate", *sweep_args(models, wikitext)],
         cwd=REPO_ROOT, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

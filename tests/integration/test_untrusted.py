@@ -25,8 +25,8 @@ from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.data_pipeline.conftest import RangeServer
 from tests.integration.runs import PRETRAIN
+from txl_dist.cli.export import ExportError, export
 from txl_dist.engine.checkpoint import load_trusted
-from txl_dist.export import ExportError, export
 
 STAGES = (0, 2, 3)
 PASSWORD, TOKEN = "pw-Zq81SECRET", "tok-Hx27SECRET"

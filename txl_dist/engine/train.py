@@ -1,6 +1,6 @@
 """The training loop: streams -> micro-batch slots with memories -> DeepSpeed -> logs, evals, saves.
 
-The parts come built (engine.build); the command around it is engine.cli. Each global step takes
+The parts come built (engine.build); the command around it is cli.pretrain. Each global step takes
 one batch of rows_per_rank stream rows per rank, split into `accum` micro-batch slots of `micro`
 rows; slot s keeps its own memory, so every row's memory is the text that precedes it in its
 stream.

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from data_pipeline.vocab import Vocab
-from txl_dist.generate import Sampling, generate, main, prompt_ids
+from txl_dist.cli.generate import Sampling, generate, main, prompt_ids
 from txl_dist.model import TransformerXL, TXLConfig
 
 VOCAB = Vocab(["<eos>", "<unk>", *(f"w{i}" for i in range(98))])

@@ -15,9 +15,9 @@ import torch
 from data_pipeline import load_manifest, manifest_url, prepare
 from data_pipeline.streams import IGNORE_INDEX
 from data_pipeline.vocab import EOS, Vocab
+from txl_dist.cli.evaluate import TextBatches, main, text_ids
 from txl_dist.context import SweepRow, effective_context, read_csv, recl
 from txl_dist.engine.dist import World
-from txl_dist.evaluate import TextBatches, main, text_ids
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.attention import sinusoid_encoding
 

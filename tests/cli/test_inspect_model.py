@@ -14,7 +14,7 @@ def inspect(config: str, world_size: int = 4) -> dict:
         [
             sys.executable,
             "-m",
-            "txl_dist.model_report",
+            "txl_dist.cli.inspect_model",
             "--config",
             str(REPO_ROOT / config),
             "--world-size",

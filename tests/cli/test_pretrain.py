@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from txl_dist.engine.cli import _write_stop_file
+from txl_dist.cli.pretrain import _write_stop_file
 
 
 def test_stop_file_is_private_and_names_the_job(tmp_path, monkeypatch):

@@ -2,7 +2,7 @@
 
     txl-generate --model OUT_DIR --prompt "The meaning of" --max-tokens 100 \\
         [--temperature 1.0] [--top-k 0] [--top-p 1.0] [--seed 0] [--mem-len M]
-    python -m txl_dist.generate ...
+    python -m txl_dist.cli.generate ...
 
 The prompt is split on whitespace and looked up in the model's vocab.txt (unknown words become the
 unknown token), after a line start (<eos>, or <S> for lm1b). It is read in one forward pass; then

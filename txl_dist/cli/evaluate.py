@@ -3,8 +3,8 @@
     txl-eval --model OUT_DIR --data DATA_ROOT_OR_MANIFEST_URL [--split test] [options]
     txl-eval --model OUT_DIR --text FILE [options]
     txl-eval --model A [--model B ...] --data ROOT --split valid --sweep-mem-len 16,32,64,128
-    torchrun --nproc_per_node 2 -m txl_dist.evaluate ...    (rows split over the ranks)
-    python -m txl_dist.evaluate ...
+    torchrun --nproc_per_node 2 -m txl_dist.cli.evaluate ...    (rows split over the ranks)
+    python -m txl_dist.cli.evaluate ...
 
 Every token but the first is scored exactly once, with the config's evaluation lengths (the
 paper's: eval_tgt_len, eval_mem_len, eval_clamp_len, eval_same_length) unless overridden by

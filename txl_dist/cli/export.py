@@ -1,7 +1,7 @@
 """txl-export: a DeepSpeed checkpoint (ZeRO 0-3, any world size) -> a plain PyTorch model directory.
 
     txl-export CKPT_DIR OUT_DIR [--dtype fp32|bf16|fp16] [--format safetensors|torch] [--vocab FILE]
-    python -m txl_dist.export CKPT_DIR OUT_DIR ...
+    python -m txl_dist.cli.export CKPT_DIR OUT_DIR ...
 
 CKPT_DIR is a run directory (its latest checkpoint), its checkpoints/ directory (latest) or one
 checkpoints/global_stepN. OUT_DIR receives config.json (the model section), model.safetensors

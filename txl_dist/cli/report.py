@@ -2,7 +2,7 @@
 
     txl-report RUN_DIR [--out FILE]                  (default RUN_DIR/report.png)
     txl-report --sweep FILE.csv [FILE.csv ...] [--out FILE]   (default FILE.png beside the first)
-    python -m txl_dist.report ...
+    python -m txl_dist.cli.report ...
 
 A run: four panels against the step: training loss, evaluation perplexity (one line per split),
 learning rate and training tokens/s, with a dashed line where the run was restarted. A resumed

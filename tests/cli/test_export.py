@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from txl_dist.cli.export import ExportError, main, open_checkpoint
 from txl_dist.engine.checkpoint import CheckpointState
-from txl_dist.export import ExportError, main, open_checkpoint
 
 
 def test_a_directory_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from txl_dist.cli.report import main, plot_sweep, read_metrics, sweep_curves
 from txl_dist.context import SweepRow, write_csv
-from txl_dist.report import main, plot_sweep, read_metrics, sweep_curves
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
