@@ -81,6 +81,8 @@ def test_ctrl_c_stops_like_sigterm_and_a_later_second_one_exits_at_once():
         """
         import signal, sys, time
         from txl_dist.engine import signals
+        from txl_dist.logs import configure_logging
+        configure_logging()
         signals.catch_stop_signals()
         signal.raise_signal(signal.SIGINT)
         signal.raise_signal(signal.SIGINT)  # a launcher forwarding the same Ctrl-C

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -19,6 +20,9 @@ from txl_dist.config import ConfigError, RunConfig, load_run_config
 from txl_dist.engine import checkpoint, preflight, run_dir
 from txl_dist.engine.build import build_trainer
 from txl_dist.engine.dist import World, world_from_env
+from txl_dist.logs import configure_logging
+
+log = logging.getLogger(__name__)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -59,12 +63,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     world = world_from_env()
+    configure_logging(world.is_main)
     try:
         env_set = os.environ.get("TXL_SET", "").split()
         config = load_run_config(args.config, args.set, env_set)
         if env_set and world.is_main:  # said once: a variable left set must not go unnoticed
             keys = ", ".join(o.partition("=")[0] for o in env_set)  # values may be secrets
-            print(f"[txl-dist] TXL_SET overrides {keys}", flush=True)
+            log.info(f"TXL_SET overrides {keys}")
         micro, accum = config.batch_layout(world.world_size)
         if args.resume is None:
             run_dir.claim(config.train.out_dir, args.overwrite, world.is_main)
@@ -103,10 +108,9 @@ def _already_finished(
     if point is None or point.client.step < config.train.max_steps:
         return False
     if world.is_main:
-        print(
-            f"[txl-dist] run {point.client.run_id} already finished: {point.tag} reached "
-            f"train.max_steps={config.train.max_steps}; raise train.max_steps to train further",
-            flush=True,
+        log.info(
+            f"run {point.client.run_id} already finished: {point.tag} reached "
+            f"train.max_steps={config.train.max_steps}; raise train.max_steps to train further"
         )
     return True
 

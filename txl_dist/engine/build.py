@@ -5,6 +5,7 @@ resume, run files and wandb. `build_trainer` hands the parts to a Trainer, which
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
 
@@ -24,6 +25,8 @@ from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.signals import StopRequest
 from txl_dist.engine.train import RunState, Trainer
 from txl_dist.model import TransformerXL
+
+log = logging.getLogger(__name__)
 
 
 def build_trainer(
@@ -170,10 +173,9 @@ def restore(
         note = "optimizer via universal checkpoint" if universal else "exact"
         if client.world_size != world.world_size:
             note += "; dropout RNG re-seeded for the new world size"
-        print(
-            f"[txl-dist] resumed {point.tag} at step {client.step} (saved on "
-            f"{client.world_size} ranks, now {world.world_size}; {note})",
-            flush=True,
+        log.info(
+            f"resumed {point.tag} at step {client.step} (saved on "
+            f"{client.world_size} ranks, now {world.world_size}; {note})"
         )
     job = os.environ.get("SLURM_JOB_ID")
     return RunState(

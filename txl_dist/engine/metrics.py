@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import netrc
 import os
@@ -23,6 +24,8 @@ from data_pipeline.redact import redact, redact_text
 from txl_dist.config import WandbConfig
 from txl_dist.model.accounting import train_flops_per_token
 from txl_dist.model.config import TXLConfig
+
+log = logging.getLogger(__name__)
 
 WANDB_DEFAULT_URL = "https://api.wandb.ai"
 
@@ -157,7 +160,7 @@ class Metrics:
 
     def _wandb_failed(self, err: Exception) -> None:
         message = redact_text(repr(err))
-        print(f"[txl-dist] wandb disabled after an error: {message}", file=sys.stderr, flush=True)
+        log.warning(f"wandb disabled after an error: {message}")
         self.wandb = None
         try:  # now, quietly: wandb's own exit hook would print a traceback of the same error
             import wandb
@@ -173,7 +176,7 @@ class Metrics:
         with open(self.path, "a") as f:
             f.write(json.dumps({**record, **self.run, "time": time.time()}) + "\n")
         if line:
-            print(line, flush=True)
+            log.info(line)
         if self.wandb is not None:
             try:
                 prefix = f"{record['split']}/" if "split" in record else "train/"

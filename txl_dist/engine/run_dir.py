@@ -7,10 +7,13 @@ append a second run to its metrics. `--overwrite` moves the old run aside; nothi
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
 from txl_dist.engine import checkpoint
+
+log = logging.getLogger(__name__)
 
 
 class RunDirError(Exception):
@@ -51,4 +54,4 @@ def claim(out_dir: str, overwrite: bool, is_main: bool) -> None:
     if is_main:
         aside = f"{os.path.normpath(out_dir)}.old-{time.strftime('%Y%m%d-%H%M%S')}"
         os.rename(out_dir, aside)
-        print(f"[txl-dist] --overwrite: moved {held} from {out_dir} to {aside}", flush=True)
+        log.info(f"--overwrite: moved {held} from {out_dir} to {aside}")

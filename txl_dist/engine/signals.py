@@ -16,9 +16,9 @@ where it reduces.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
-import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,8 @@ import psutil
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 INTERRUPT_REPEAT_S = 1.0
@@ -46,7 +48,7 @@ def _remember(signum, frame) -> None:
         if _first_interrupt is None:
             _first_interrupt = now
         elif now - _first_interrupt >= INTERRUPT_REPEAT_S:
-            print("[txl-dist] second Ctrl-C: exiting without a checkpoint", file=sys.stderr)
+            log.warning("second Ctrl-C: exiting without a checkpoint")
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
             return

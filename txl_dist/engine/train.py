@@ -9,6 +9,7 @@ stream.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import time
@@ -32,6 +33,8 @@ from txl_dist.engine.metrics import (
     train_line,
 )
 from txl_dist.engine.signals import StopRequest
+
+log = logging.getLogger(__name__)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -247,7 +250,7 @@ class Trainer:
 
     def _announce(self, message: str) -> None:
         if self.world.is_main:
-            print(f"[txl-dist] {message}", flush=True)
+            log.info(message)
 
     def _finish(self) -> None:
         self.streams.close()

@@ -1,0 +1,40 @@
+import logging
+
+import pytest
+
+from txl_dist.logs import OUR_LOGGERS, configure_logging
+
+
+@pytest.fixture(autouse=True)
+def restore_our_loggers():
+    saved = {
+        n: (lg.handlers, lg.level, lg.propagate)
+        for n in OUR_LOGGERS
+        if (lg := logging.getLogger(n))
+    }
+    yield
+    for name, (handlers, level, propagate) in saved.items():
+        logger = logging.getLogger(name)
+        logger.handlers, logger.level, logger.propagate = handlers, level, propagate
+
+
+def test_rank_0_tells_the_story_on_stdout_and_warnings_go_to_stderr(capsys):
+    configure_logging(is_main=True)
+    logging.getLogger("txl_dist.engine.train").info("saved checkpoint")
+    logging.getLogger("data_pipeline.streams").warning("slow shard")
+    out, err = capsys.readouterr()
+    assert out == "[txl-dist] saved checkpoint\n"
+    assert err == "[txl-dist] slow shard\n"
+
+
+def test_other_ranks_report_only_warnings(capsys):
+    configure_logging(is_main=False)
+    logging.getLogger("txl_dist.engine.train").info("saved checkpoint")
+    logging.getLogger("txl_dist.engine.metrics").warning("wandb disabled")
+    assert capsys.readouterr() == ("", "[txl-dist] wandb disabled\n")
+
+
+def test_libraries_loggers_are_left_alone():
+    before = logging.getLogger("fsspec").level, logging.getLogger().handlers[:]
+    configure_logging(is_main=True)
+    assert (logging.getLogger("fsspec").level, logging.getLogger().handlers) == before
