@@ -60,7 +60,10 @@ def _rank(rank: int, rendezvous: str, case: str, results) -> None:
     stop = StopRequest(max_wallclock=1e-9 if rank == 1 else 3600)
     if case == "signal" and rank == 0:
         signal.raise_signal(signal.SIGTERM)
-    results[rank] = (stop.agreed(CPU), stop.wallclock, stop.reason())
+    # Flags are reduced in the background and read one call later: all ranks agree at call 2.
+    agreed = [stop.agreed(CPU), stop.agreed(CPU)]
+    stop.settle()
+    results[rank] = (agreed, stop.wallclock, stop.reason())
     dist.destroy_process_group()
 
 
@@ -70,7 +73,7 @@ def test_ranks_agree_on_the_reason(tmp_path):
         results = manager.dict()
         rendezvous = tmp_path / f"rendezvous-{case}"
         mp.spawn(_rank, args=(str(rendezvous), case, results), nprocs=2)
-        assert [results[r][:2] for r in (0, 1)] == [(True, wallclock)] * 2
+        assert [results[r][:2] for r in (0, 1)] == [([False, True], wallclock)] * 2
     assert results[0][2] == "SIGTERM received"
     assert results[1][2] == "a stop signal on another rank"
 

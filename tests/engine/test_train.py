@@ -7,6 +7,7 @@ chosen step, and evaluation and saving that only record that they happened.
 from __future__ import annotations
 
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -18,7 +19,7 @@ from txl_dist.engine.dist import World
 from txl_dist.engine.evaluate import EvalResult
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
-from txl_dist.engine.train import RunState, Trainer
+from txl_dist.engine.train import NonFiniteLossError, RunState, Trainer
 
 CPU = torch.device("cpu")
 ROWS, TGT_LEN = 2, 3
@@ -28,10 +29,12 @@ class FakeEngine:
     """What the loop uses of a DeepSpeed engine; the loss is the step count, so logs show it."""
 
     def __init__(self, events: list[str]):
-        self.events, self.steps = events, 0
+        self.events, self.steps, self.nan_from = events, 0, None
 
     def __call__(self, input_ids, targets, mems):
-        loss = torch.full(targets.shape, float(self.steps), requires_grad=True)
+        diverged = self.nan_from is not None and self.steps + 1 >= self.nan_from
+        loss = torch.full(targets.shape, math.nan if diverged else float(self.steps))
+        loss.requires_grad_()
         return SimpleNamespace(loss=loss, mems=[input_ids.float().unsqueeze(-1)])
 
     def train(self):
@@ -80,6 +83,9 @@ class StopAt:
 
     def reason(self) -> str:
         return "SIGTERM received"
+
+    def settle(self) -> None:
+        pass
 
 
 def make_trainer(tmp_path, events, stop_at=None, start_step=0, **train):
@@ -170,3 +176,17 @@ def test_a_resumed_run_continues_from_its_step(tmp_path, valid_split):
     final_eval = ["eval:valid@6"] if valid_split else []
     assert events == ["step5", "step6", "save@6", *final_eval]
     assert logged_steps(tmp_path) == [6]
+
+
+def test_non_finite_losses_end_the_run_at_the_next_log_line_and_before_any_save(tmp_path):
+    # Counted on the device, read at log lines (every 2 steps) and saves: steps 2-4 diverge, the
+    # save at step 3 sees 2 in a row and goes ahead, the log line at step 4 sees the third.
+    events = []
+    trainer = make_trainer(
+        tmp_path, events, max_steps=10, save_interval=3, max_nonfinite_steps=3, eval_interval=0
+    )
+    trainer.engine.nan_from = 2
+    with pytest.raises(NonFiniteLossError, match="3 consecutive steps had a non-finite loss"):
+        trainer.run()
+    assert events == ["step1", "step2", "step3", "save@3", "step4"]
+    assert logged_steps(tmp_path) == [2]  # the line of step 4 is not written

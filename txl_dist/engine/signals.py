@@ -64,6 +64,7 @@ class StopRequest:
         # From the process's start, not ours: imports and setup count against a job's time limit.
         started = psutil.Process().create_time()
         self.deadline = started + max_wallclock if max_wallclock else None
+        self._in_flight = None  # the all-reduce started by the last agreed(), and its flags
         catch_stop_signals()
 
     @property
@@ -71,14 +72,34 @@ class StopRequest:
         return _received
 
     def agreed(self, device: torch.device) -> bool:
-        """True on every rank if any rank got a signal or passed the deadline."""
+        """True on every rank, at the same call, once any rank got a signal or passed the deadline.
+
+        Each call starts a non-blocking all-reduce of this rank's flags and reads the one the
+        previous call started, which ran while a training step did: no rank waits for the
+        others' flags, and ranks agree one call (one step) after the first request.
+        """
         import torch
         import torch.distributed as dist
 
         expired = self.deadline is not None and time.time() >= self.deadline
         flags = torch.tensor([float(self.received is not None), float(expired)], device=device)
-        if dist.is_initialized():
-            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        if not dist.is_initialized():
+            return self._decide(flags)
+        previous = self._in_flight
+        work = dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True)
+        self._in_flight = (work, flags)
+        if previous is None:
+            return False
+        previous[0].wait()
+        return self._decide(previous[1])
+
+    def settle(self) -> None:
+        """Wait for the last all-reduce agreed() started (before other collectives or the end)."""
+        if self._in_flight is not None:
+            self._in_flight[0].wait()
+            self._in_flight = None
+
+    def _decide(self, flags: torch.Tensor) -> bool:
         signalled, expired = (bool(x) for x in flags.tolist())
         self.wallclock = expired and not signalled
         return signalled or expired

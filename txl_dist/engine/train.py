@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import time
 from collections.abc import Callable
@@ -87,7 +86,7 @@ class Trainer:
         self.run_id, self.step = state.run_id, state.step
         self.restarts, self.requeues = state.restarts, state.requeues
         self.micro, self.accum, self.rows_per_rank = micro, accum, micro * accum
-        self.nonfinite_in_a_row, self.skipped_steps = 0, 0
+        self.nonfinite, self.skipped_steps = _NonFinite(device), 0
         self.throughput = Throughput.of(
             config.model, config.train.peak_tflops, device, world.world_size
         )
@@ -108,24 +107,26 @@ class Trainer:
         """Train to max_steps or a stop request; returns why it stopped early (None: finished)."""
         train = self.config.train
         batches = iter(self.streams)
-        window = _Window()
+        window = _Window(self.device)
         last_saved = self.step if self.step else -1  # a resumed run starts from its checkpoint
         while self.step < train.max_steps:
             started = time.perf_counter()
             input_ids, targets = next(batches)
             fetched = time.perf_counter()
             loss = self.train_step(input_ids, targets)
+            self.nonfinite.add(loss)
             tokens = self.rows_per_rank * input_ids.size(1) * self.world.world_size
             window.add(loss, tokens, fetched - started, time.perf_counter() - started)
             self.step += 1
             if self.step % self.config.logging.log_interval == 0:
                 self._log_train(window)
-                window = _Window()
+                window = _Window(self.device)
             if self._evaluates_now():
                 self._evaluate(self.config.data.valid_split)
             # A stop at the last step is the end of the run, not an early stop to resume.
             stop = self.stop.agreed(self.device) and self.step < train.max_steps
             if stop or (train.save_interval and self.step % train.save_interval == 0):
+                self._check_nonfinite()  # never save what should have ended the run
                 self._save()
                 last_saved = self.step
             if stop:
@@ -133,6 +134,7 @@ class Trainer:
                 self._finish()
                 return self.stop.reason()
         if last_saved != self.step:
+            self._check_nonfinite()
             self._save()
         if self.config.data.valid_split and not self._evaluates_now():
             self._evaluate(self.config.data.valid_split)
@@ -145,8 +147,9 @@ class Trainer:
         interval = self.config.train.eval_interval
         return bool(self.config.data.valid_split and interval and self.step % interval == 0)
 
-    def train_step(self, input_ids: torch.Tensor, targets: torch.Tensor) -> float:
-        """One optimizer step over all slots; returns the loss averaged over ranks."""
+    def train_step(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """One optimizer step over all slots; returns this rank's loss, left on the device (the
+        host reads losses once per log line, not once per step)."""
         if self.streams.new_epoch:
             self.memory.reset()
         self.engine.train()
@@ -163,29 +166,24 @@ class Trainer:
             self.engine.step()
             self.memory.set(slot, out.mems)
             slot_losses.append(loss.detach())
-        loss = torch.stack(slot_losses).mean()
-        if dist.is_initialized():
-            dist.all_reduce(loss)
-        loss = loss.item() / self.world.world_size
-        self._count_nonfinite(loss)
-        return loss
+        return torch.stack(slot_losses).mean()
 
-    def _count_nonfinite(self, loss: float) -> None:
-        """DeepSpeed skips updates whose gradients are not finite; we count and bound them."""
-        if math.isfinite(loss):
-            self.nonfinite_in_a_row = 0
-            return
-        self.skipped_steps += 1
-        self.nonfinite_in_a_row += 1
-        if self.config.zero_stage == 0 and not self._low_precision():
+    def _check_nonfinite(self) -> None:
+        """DeepSpeed skips updates whose gradients are not finite; we count and bound them.
+
+        Counted on the device every step and read here, at log lines and before saves: a run
+        that must end does so at the next of those, before it saves anything.
+        """
+        longest, self.skipped_steps = self.nonfinite.read()
+        if self.skipped_steps and self.config.zero_stage == 0 and not self._low_precision():
             raise NonFiniteLossError(
-                f"non-finite loss at step {self.step + 1} with fp32 and ZeRO stage 0, where "
+                f"non-finite loss by step {self.step} with fp32 and ZeRO stage 0, where "
                 "DeepSpeed cannot skip the update; lower optim.lr or use bf16 / ZeRO >= 1"
             )
-        if self.nonfinite_in_a_row >= self.config.train.max_nonfinite_steps:
+        if longest >= self.config.train.max_nonfinite_steps:
             raise NonFiniteLossError(
-                f"{self.nonfinite_in_a_row} consecutive steps had a non-finite loss (last: step "
-                f"{self.step + 1}); lower optim.lr, raise the warm-up or check the data"
+                f"{longest} consecutive steps had a non-finite loss (by step {self.step}); "
+                "lower optim.lr, raise the warm-up or check the data"
             )
 
     def _low_precision(self) -> bool:
@@ -193,12 +191,14 @@ class Trainer:
         return any(ds.get(key, {}).get("enabled", False) for key in ("bf16", "fp16"))
 
     def _log_train(self, w: _Window) -> None:
+        self._check_nonfinite()
         tokens_per_s = w.tokens / w.seconds
+        loss = w.mean_loss(self.world.world_size)
         grad_norm = self.engine.get_global_grad_norm()
         record = dict(
             step=self.step,
-            loss=w.loss_sum / w.steps,
-            ppl=safe_exp(w.loss_sum / w.steps),
+            loss=loss,
+            ppl=safe_exp(loss),
             lr=self.scheduler.get_last_lr()[0],
             grad_norm=float(grad_norm) if grad_norm is not None else None,
             loss_scale=getattr(self.engine.optimizer, "cur_scale", None)
@@ -253,22 +253,56 @@ class Trainer:
             log.info(message)
 
     def _finish(self) -> None:
+        self.stop.settle()
         self.streams.close()
         self.metrics.close()
 
 
 class _Window:
-    """Sums over the training steps since the last log line (evals and saves excluded)."""
+    """Sums over the training steps since the last log line (evals and saves excluded); the
+    loss stays on the device until the line is written."""
 
-    def __init__(self):
-        self.loss_sum, self.steps, self.tokens, self.data_wait, self.seconds = 0.0, 0, 0, 0.0, 0.0
+    def __init__(self, device: torch.device):
+        self.loss_sum = torch.zeros((), device=device)
+        self.steps, self.tokens, self.data_wait, self.seconds = 0, 0, 0.0, 0.0
 
-    def add(self, loss: float, tokens: int, data_wait: float, seconds: float) -> None:
+    def add(self, loss: torch.Tensor, tokens: int, data_wait: float, seconds: float) -> None:
         self.loss_sum += loss
         self.steps += 1
         self.tokens += tokens
         self.data_wait += data_wait
         self.seconds += seconds
+
+    def mean_loss(self, world_size: int) -> float:
+        """The loss averaged over the window's steps and all ranks (a collective)."""
+        total = self.loss_sum.clone()
+        if dist.is_initialized():
+            dist.all_reduce(total)
+        return total.item() / (self.steps * world_size)
+
+
+class _NonFinite:
+    """Non-finite losses counted on the device: how many in a row now, the longest such run and
+    all of them, each the largest over ranks when read."""
+
+    def __init__(self, device: torch.device):
+        self.in_a_row = torch.zeros((), dtype=torch.long, device=device)
+        self.longest = torch.zeros((), dtype=torch.long, device=device)
+        self.total = torch.zeros((), dtype=torch.long, device=device)
+
+    def add(self, loss: torch.Tensor) -> None:
+        bad = (~torch.isfinite(loss)).long()
+        self.in_a_row = (self.in_a_row + 1) * bad
+        self.longest = torch.maximum(self.longest, self.in_a_row)
+        self.total += bad
+
+    def read(self) -> tuple[int, int]:
+        """(longest run, total) over all ranks (a collective)."""
+        counts = torch.stack([self.longest, self.total])
+        if dist.is_initialized():
+            dist.all_reduce(counts, op=dist.ReduceOp.MAX)
+        longest, total = counts.tolist()
+        return longest, total
 
 
 def _int_or_none(value: str | None) -> int | None:
