@@ -346,6 +346,30 @@ def files_and_times(directory: Path) -> dict[Path, int]:
     return {p: p.lstat().st_mtime_ns for p in directory.rglob("*")}
 
 
+# ---- failures ----
+
+
+def test_a_corrupt_shard_ends_each_rank_in_one_line_with_the_traceback_kept(small_corpus, tmp_path):
+    data = Path(shutil.copytree(small_corpus, tmp_path / "data"))
+    (shard,) = (data / "train").glob("*.tar")
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # inside a sample's tokens: its CRC no longer matches
+    shard.write_bytes(bytes(raw))
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        command(out, data, 2, [], None), capture_output=True, text=True, timeout=300, cwd=REPO_ROOT
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert not rank_tracebacks(output), output[-3000:]
+    failed = [line for line in output.splitlines() if " failed: " in line]
+    assert failed and all(line.startswith("[txl-dist] rank ") for line in failed), output[-3000:]
+    assert any(f"ShardCorruptError: {shard}: sample" in line for line in failed), failed
+    for line in failed:  # each names its file with the whole traceback
+        trace = Path(line.rsplit("traceback: ", 1)[1].rstrip(")"))
+        assert trace.parent == out / "errors" and "Traceback" in trace.read_text()
+
+
 # ---- non-finite losses ----
 
 

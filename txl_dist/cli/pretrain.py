@@ -9,13 +9,17 @@ Also runs under torchrun, srun and plain python (launch/pretrain.py calls `main`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
+import traceback
+from typing import NoReturn
 
 import torch.distributed as dist
 
+from data_pipeline.redact import redact_text
 from txl_dist.config import ConfigError, RunConfig, load_run_config
 from txl_dist.engine import checkpoint, preflight, run_dir
 from txl_dist.engine.build import build_trainer
@@ -64,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     world = world_from_env()
     configure_logging(world.is_main)
+    config = None
     try:
         env_set = os.environ.get("TXL_SET", "").split()
         config = load_run_config(args.config, args.set, env_set)
@@ -83,7 +88,12 @@ def main(argv: list[str] | None = None) -> None:
             kind = next(name for cls, name in STARTUP_ERRORS.items() if isinstance(err, cls))
             print(f"{kind}: {err}", file=sys.stderr, flush=True)
         sys.exit(2)
-    stopped_early = trainer.run()
+    except Exception as err:  # noqa: BLE001 - every failure ends in one line per rank
+        _fail(err, world, config.train.out_dir if config else None)
+    try:
+        stopped_early = trainer.run()
+    except Exception as err:  # noqa: BLE001
+        _fail(err, world, config.train.out_dir)
     if stopped_early and args.stop_file and world.is_main:
         checkpoints = os.path.join(config.train.out_dir, checkpoint.CHECKPOINT_DIR)
         _write_stop_file(args.stop_file, trainer.step, stopped_early, checkpoints)
@@ -98,6 +108,34 @@ STARTUP_ERRORS = {
     run_dir.RunDirError: "run directory error",
     checkpoint.UnsafeCheckpointError: "checkpoint error",  # refused before anything unpickled
 }
+
+
+def _fail(err: Exception, world: World, out_dir: str | None) -> NoReturn:
+    """End this rank with one line: which rank, the error, where its traceback is (exit 1).
+
+    Launchers interleave every rank's output, and a traceback per rank buries the cause; the
+    traceback (secrets redacted) goes to OUT_DIR/errors/rankR.txt instead.
+    """
+    where = _keep_traceback(redact_text("".join(traceback.format_exception(err))), out_dir, world)
+    if isinstance(err, dist.DistBackendError):  # a peer ended first: its own line says why
+        what = "lost contact with another rank (see the first failing rank's line)"
+    else:
+        what = f"{type(err).__name__}: {redact_text(str(err))}"
+    log.error(f"rank {world.rank} failed: {what} ({where})")
+    sys.exit(1)
+
+
+def _keep_traceback(trace: str, out_dir: str | None, world: World) -> str:
+    """Write the traceback to OUT_DIR/errors/rankR.txt; says where it is, for the one line."""
+    if out_dir is not None:
+        path = os.path.join(out_dir, "errors", f"rank{world.rank}.txt")
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(trace)
+            return f"traceback: {path}"
+    print(trace, file=sys.stderr, flush=True)  # no run directory to keep it in
+    return "traceback above"
 
 
 def _already_finished(
