@@ -204,8 +204,9 @@ def load_manifest(
     """Read and parse a manifest (transient failures retried as ``retry`` says)."""
     with reading_prepared("manifest", url):
         # cat_file, not open(): fsspec's HTTP open() reports a refused connection as not found.
+        # A ranged read (from 0 on), so HTTP's retries cover a body cut midway too (storage.py).
         fs, path = filesystem(url, storage_options, retry)
-        data = fs.cat_file(path)
+        data = fs.cat_file(path, start=0)
     return Manifest.from_json(data, url)
 
 

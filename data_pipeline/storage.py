@@ -4,9 +4,9 @@ Shards and manifests are read over fsspec. A week-long run sees connection reset
 stalled reads from HTTP servers and object stores; each read retries them with exponential backoff
 up to ``Retry.attempts`` tries, then fails (the caller's error names the URL and the sample).
 
-- S3 (s3fs on botocore): botocore's own retries, ``config_kwargs={"retries": {"max_attempts": N,
-  "mode": "standard"}}`` (connection errors, 5xx, throttling; jittered backoff capped at 20 s);
-  s3fs itself retries a body cut mid-read (5 tries).
+- S3 (s3fs on botocore): botocore's own retries, ``config_kwargs={"retries": {"mode": "standard",
+  "total_max_attempts": N}}`` (connection errors, 5xx, throttling; jittered backoff, at most 20 s;
+  botocore's ``max_attempts`` would count retries only); s3fs itself retries a body cut midway.
 - HTTP (fsspec on aiohttp, which has no retries of its own): one aiohttp client middleware,
   given through fsspec's ``client_kwargs``, retries connection errors, timeouts and 5xx.
 
@@ -93,7 +93,7 @@ def with_retries(url: str, storage_options: dict | None, retry: Retry) -> dict:
         options["client_kwargs"] = client
     elif protocol in ("s3", "s3a"):
         config = dict(options.get("config_kwargs") or {})
-        config.setdefault("retries", {"max_attempts": retry.attempts, "mode": "standard"})
+        config.setdefault("retries", {"mode": "standard", "total_max_attempts": retry.attempts})
         config.setdefault("connect_timeout", retry.timeout_s)
         config.setdefault("read_timeout", retry.timeout_s)
         options["config_kwargs"] = config
@@ -109,4 +109,13 @@ def transient(err: BaseException) -> bool:
     """Whether a read failed for a reason that retrying later could fix (the retries ran out)."""
     if isinstance(err, aiohttp.ClientResponseError):
         return err.status in TRANSIENT_STATUS
-    return isinstance(err, TRANSIENT_ERRORS)
+    return isinstance(err, TRANSIENT_ERRORS + botocore_transient_errors())
+
+
+def botocore_transient_errors() -> tuple[type[BaseException], ...]:
+    """botocore's connection and transfer errors, if the optional S3 support is installed."""
+    try:
+        from botocore.exceptions import ConnectionError, HTTPClientError
+    except ImportError:
+        return ()
+    return ConnectionError, HTTPClientError
