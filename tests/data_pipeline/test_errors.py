@@ -22,6 +22,7 @@ from data_pipeline import (
     verify,
 )
 from data_pipeline.prepare import main
+from data_pipeline.storage import Retry
 from tests.conftest import REPO_ROOT
 
 
@@ -90,7 +91,7 @@ def test_model_vocab_size_mismatch(wt103):
 def test_unreachable_url(refused_url):
     url = f"{refused_url}/data/valid/manifest.json"
     with pytest.raises(SourceUnreachableError, match=f"cannot read manifest {url}"):
-        TokenStreams(url, 2, 10)
+        TokenStreams(url, 2, 10, retry=Retry(attempts=2, first_wait_s=0.01))
 
 
 def test_missing_manifest(tmp_path):
