@@ -16,6 +16,7 @@ Settings already in ``storage_options`` win over these defaults.
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import dataclass
 
 import aiohttp
@@ -34,7 +35,7 @@ class Retry:
     attempts: int = 6
     """Tries per request, the first included; 1 turns retries off."""
     first_wait_s: float = 0.25
-    """Wait before the first retry over HTTP; it doubles at each retry (S3: botocore's backoff)."""
+    """Longest wait before the first HTTP retry; doubles at each retry (S3: botocore's backoff)."""
     max_wait_s: float = 8.0
     """Longest wait between two HTTP tries."""
     timeout_s: float = 60.0
@@ -45,8 +46,10 @@ class Retry:
             raise ValueError(f"need attempts >= 1, waits >= 0 and timeout_s > 0; got {self}")
 
     def wait(self, retry: int) -> float:
-        """Seconds to wait before retry number ``retry`` (1, 2, ...)."""
-        return min(self.first_wait_s * 2 ** (retry - 1), self.max_wait_s)
+        """Seconds to wait before retry number ``retry`` (1, 2, ...): half of the backoff, plus
+        up to as much again at random, so that many ranks cut off together do not retry in step."""
+        backoff = min(self.first_wait_s * 2 ** (retry - 1), self.max_wait_s)
+        return backoff * (0.5 + 0.5 * random.random())
 
 
 DEFAULT_RETRY = Retry()

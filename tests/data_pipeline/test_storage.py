@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from data_pipeline import SourceUnreachableError, TokenStreams, load_manifest, manifest_url
-from data_pipeline.storage import Retry
+from data_pipeline.storage import Retry, with_retries
 
 # Fast retries for tests; the defaults wait seconds.
 QUICK = Retry(attempts=3, first_wait_s=0.01, max_wait_s=0.05, timeout_s=0.5)
@@ -28,6 +28,21 @@ def assert_same(a, b) -> None:
     assert len(a) == len(b) > 0
     for (x, y), (ex, ey) in zip(a, b):
         assert torch.equal(x, ex) and torch.equal(y, ey)
+
+
+def test_backoff_doubles_up_to_its_cap_with_jitter():
+    retry = Retry(first_wait_s=1, max_wait_s=8)
+    for n, backoff in enumerate([1, 2, 4, 8, 8], start=1):
+        waits = [retry.wait(n) for _ in range(50)]
+        assert backoff / 2 <= min(waits) < max(waits) <= backoff
+
+
+def test_retry_settings_given_in_storage_options_win():
+    mine = {"config_kwargs": {"retries": {"mode": "adaptive", "max_attempts": 2}}}
+    options = with_retries("s3://bucket/key", mine, Retry())
+    assert options["config_kwargs"]["retries"] == mine["config_kwargs"]["retries"]
+    assert options["config_kwargs"]["read_timeout"] == Retry().timeout_s
+    assert with_retries("/local/path", mine, Retry()) == mine
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +105,7 @@ def read_while_the_server_dies(proxy, url: str, comes_back: bool, **kw) -> list:
 def test_a_server_that_dies_mid_stream_and_comes_back(
     store, wt103, http_server, s3_valid, flaky_proxy, clean
 ):
-    patient = Retry(attempts=10, first_wait_s=0.1, max_wait_s=0.5, timeout_s=2)  # 3.7 s of waits
+    patient = Retry(attempts=10, first_wait_s=0.1, max_wait_s=0.5, timeout_s=2)  # waits 1.9-3.7 s
     if store == "http":
         proxy = flaky_proxy(http_server(wt103).url)
         url, options = manifest_url(proxy.url, "valid"), {}
