@@ -225,7 +225,8 @@ class SampleReader:
         if transient(err):  # the retries ran out; asking for the size would wait as long again
             return SourceUnreachableError(
                 f"{url}: cannot read sample {sample}, still failing after {self.retry.attempts} "
-                f"tries ({err!r}); check the storage server and the network, then resume"
+                f"tries ({type(err).__name__}: {err}); check the storage server and the network, "
+                "then resume"
             )
         try:
             size = self.fs.size(self.paths[shard_no])
