@@ -335,7 +335,9 @@ def split_files(
         is_dir = fs.isdir(root)
         files = sorted(fs.find(root)) if is_dir else [root] if fs.exists(root) else []
     if not files:
-        raise SourceUnreachableError(f"source {source} does not exist or holds no files")
+        raise SourceUnreachableError(
+            f"source {source} does not exist or holds no files; check --source"
+        )
     kind = family(dataset)
     if is_dir:
         found = splits_in(kind, files, root)

@@ -53,7 +53,7 @@ import numpy as np
 from tqdm import tqdm
 
 from data_pipeline import corpora
-from data_pipeline.errors import DataError, ManifestError
+from data_pipeline.errors import CorpusFormatError, DataError, ManifestError
 from data_pipeline.pieces import count_piece, encode_piece, run_pieces
 from data_pipeline.redact import redact_text
 from data_pipeline.shards import (
@@ -167,6 +167,7 @@ class Job:
         self.min_count = corpora.DEFAULT_MIN_COUNT[family] if min_count is None else min_count
         self.vocab_file, self.out_options, self.source_options = vocab, out_options, source_options
         root = corpora.resolve_source(dataset, source, cache_dir, source_checksum, source_options)
+        self.source = source or root
         self.files = corpora.split_files(dataset, root, source_options)
         self.fs, self.out_path = fsspec.core.url_to_fs(self.out, **out_options)
         self.records = Records(self.fs, self.out_path)
@@ -181,6 +182,10 @@ class Job:
             for s, files in self.files.items()
             for u in split_units(s, files, self.kind, options.unit_bytes, source_options)
         ]
+        for split, files in self.files.items():
+            if not any(u.split == split for u in self.units):
+                n = len(files)
+                self.no_text(split, f"no document in {n} file{'s' * (n > 1)}" if n else "no files")
 
     def fingerprint(self, split: str, options: dict) -> str:
         """Hash of everything that determines a split's shards, except the vocabulary."""
@@ -345,6 +350,8 @@ class Job:
             fingerprint=self.fingerprints[split],
             shards=shards,
         )
+        if manifest.tokens == 0:
+            self.no_text(split, "only blank lines")
         split_dir = f"{self.out_path}/{split}"
         listed = {s.url for s in shards}
         for path in self.fs.glob(f"{split_dir}/*.tar"):
@@ -352,6 +359,13 @@ class Job:
                 self.fs.rm_file(path)
         self.fs.pipe_file(f"{split_dir}/manifest.json", manifest.to_json().encode())
         return manifest
+
+    def no_text(self, split: str, found: str) -> None:
+        """Refuse a split without a single token: training on it could only fail later."""
+        raise CorpusFormatError(
+            f"source {self.source} holds no text for the {split} split ({found}); point "
+            f"--source at the corpus's UTF-8 text files"
+        )
 
     def reusable(self, split: str, voc: Vocab) -> Manifest | None:
         """The split's existing manifest if it was made from the same inputs and is complete."""
@@ -525,9 +539,9 @@ def main(argv: list[str] | None = None) -> int:
             out_options=out_options, source_options=source_options,
             progress=not args.no_progress,
         )  # fmt: skip
-    except DataError as err:
+    except DataError as err:  # input errors exit 2, like usage errors and txl-pretrain's
         print(f"txl-prepare: error: {err}", file=sys.stderr)
-        return 1
+        return 2
     print_manifests(args.out, manifests)
     return 0
 

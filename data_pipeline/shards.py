@@ -31,7 +31,6 @@ import tarfile
 import zlib
 from dataclasses import asdict, dataclass, field
 
-import fsspec
 import numpy as np
 import webdataset as wds
 
@@ -45,6 +44,7 @@ from data_pipeline.errors import (
     VocabMismatchError,
     reading,
 )
+from data_pipeline.storage import DEFAULT_RETRY, Retry, filesystem
 from data_pipeline.vocab import Vocab
 
 FORMAT_VERSION = 1
@@ -198,12 +198,15 @@ def reading_prepared(what: str, url: str) -> contextlib.AbstractContextManager[N
     return reading(what, url, missing, "; run txl-prepare to (re)create it")
 
 
-def load_manifest(url: str, storage_options: dict | None = None) -> Manifest:
-    """Read and parse a manifest."""
+def load_manifest(
+    url: str, storage_options: dict | None = None, retry: Retry = DEFAULT_RETRY
+) -> Manifest:
+    """Read and parse a manifest (transient failures retried as ``retry`` says)."""
     with reading_prepared("manifest", url):
         # cat_file, not open(): fsspec's HTTP open() reports a refused connection as not found.
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        data = fs.cat_file(path)
+        # A ranged read (from 0 on), so HTTP's retries cover a body cut midway too (storage.py).
+        fs, path = filesystem(url, storage_options, retry)
+        data = fs.cat_file(path, start=0)
     return Manifest.from_json(data, url)
 
 
@@ -357,7 +360,7 @@ def decode_sample(
 def verify(root: str, storage_options: dict | None = None) -> list[str]:
     """Re-check a prepared dataset end to end; returns what was checked, raises on a problem."""
     vocab = Vocab.load(vocab_url(root), storage_options)
-    fs, root_path = fsspec.core.url_to_fs(root, **(storage_options or {}))
+    fs, root_path = filesystem(root, storage_options)
     splits = [s for s in ("train", "valid", "test") if fs.exists(f"{root_path}/{s}/manifest.json")]
     if not splits:
         raise ManifestError(f"no split manifests under {root}")
@@ -385,7 +388,7 @@ READ_BYTES = 1 << 20
 def verify_shard(url: str, shard: ShardInfo, vocab_size: int, storage_options: dict | None) -> None:
     """Size (asked first: the file may be anything, any size), then one pass over the bytes for
     the sha256 and each sample's checks; a checksum mismatch names the first bad sample."""
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    fs, path = filesystem(url, storage_options)
     with reading_prepared("shard", url):
         size = fs.size(path)
     if size != shard.bytes:

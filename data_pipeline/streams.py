@@ -45,7 +45,6 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import fsspec
 import numpy as np
 import torch
 
@@ -64,6 +63,7 @@ from data_pipeline.shards import (
     load_manifest,
     shard_url,
 )
+from data_pipeline.storage import DEFAULT_RETRY, Retry, filesystem, transient
 
 IGNORE_INDEX = -100
 ORDERS = ("corpus", "shuffle")
@@ -174,8 +174,8 @@ class EpochOrder:
 class SampleReader:
     """Fetches samples with ranged reads, checks them, and keeps the current block's samples."""
 
-    def __init__(self, table: SampleTable, fs, paths: list[str]):
-        self.table, self.fs, self.paths = table, fs, paths
+    def __init__(self, table: SampleTable, fs, paths: list[str], retry: Retry):
+        self.table, self.fs, self.paths, self.retry = table, fs, paths, retry
         self.cache: dict[int, np.ndarray] = {}
         self.cache_epoch = -1
 
@@ -221,6 +221,12 @@ class SampleReader:
         if isinstance(err, FileNotFoundError):
             return ShardMissingError(
                 f"{url}: shard missing (reading sample {sample}); re-run txl-prepare"
+            )
+        if transient(err):  # the retries ran out; asking for the size would wait as long again
+            return SourceUnreachableError(
+                f"{url}: cannot read sample {sample}, still failing after {self.retry.attempts} "
+                f"tries ({type(err).__name__}: {err}); check the storage server and the network, "
+                "then resume"
             )
         try:
             size = self.fs.size(self.paths[shard_no])
@@ -348,6 +354,7 @@ class TokenStreams:
         epochs: int | None = None,
         expected_vocab_size: int | None = None,
         storage_options: dict | None = None,
+        retry: Retry = DEFAULT_RETRY,
         prefetch: int = 2,
         block_tokens: int = 1 << 22,
     ):
@@ -360,14 +367,13 @@ class TokenStreams:
             )
         self.url, self.rank, self.rows = manifest_url, rank, rows_per_rank
         self.seed, self.order, self.tail, self.epochs = seed, order, tail, epochs
-        self.prefetch = prefetch
-        self.manifest = load_manifest(manifest_url, storage_options)
+        self.prefetch, self.retry = prefetch, retry
+        self.manifest = load_manifest(manifest_url, storage_options, retry)
         if expected_vocab_size is not None:
             self.check_vocab(expected_vocab_size)
-        self.fs, _ = fsspec.core.url_to_fs(manifest_url, **(storage_options or {}))
+        self.fs, _ = filesystem(manifest_url, storage_options, retry)
         self.table = SampleTable(self.manifest, manifest_url)
-        paths = [fsspec.core.url_to_fs(u, **(storage_options or {}))[1] for u in self.table.urls]
-        self.reader_paths = paths
+        self.reader_paths = [filesystem(u, storage_options, retry)[1] for u in self.table.urls]
         self.geometry = Geometry.of(self.manifest.tokens, world_size * rows_per_rank, tgt_len, tail)
         if self.geometry.steps == 0:
             raise DataError(
@@ -451,7 +457,7 @@ class TokenStreams:
 
     def blocks(self, epoch: int, step: int) -> Iterator[Block]:
         """Blocks from (epoch, step) on, epoch after epoch (runs in the prefetch thread)."""
-        reader = SampleReader(self.table, self.fs, self.reader_paths)
+        reader = SampleReader(self.table, self.fs, self.reader_paths, self.retry)
         stop = self.last_epoch()
         while stop is None or epoch < stop:
             order = EpochOrder.of(self.table, self.order, self.seed, epoch)

@@ -143,3 +143,44 @@ def s3_endpoint():
     yield f"http://127.0.0.1:{range_server.reported_port(proc)}"
     proc.terminate()
     proc.wait(timeout=10)
+
+
+class FlakyProxy:
+    """A flaky_proxy.py subprocess in front of a server: fails requests, dies, comes back."""
+
+    def __init__(self, upstream: str, log: Path, failures: int, how: str):
+        self.argv = [sys.executable, str(HERE / "flaky_proxy.py"), upstream, str(log)]
+        self.argv += [str(failures), how]
+        self.log, self.port = log, 0
+        self.start()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Start (again, on the same port once it has one)."""
+        self.proc = subprocess.Popen(
+            [*self.argv, str(self.port)], stdout=subprocess.PIPE, text=True
+        )
+        self.port = range_server.reported_port(self.proc)
+
+    def kill(self) -> None:
+        """Die at once, as a crashed server: connections reset, new ones refused."""
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def requests(self) -> list[str]:
+        """Logged ``METHOD PATH RANGE OUTCOME`` lines."""
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+@pytest.fixture
+def flaky_proxy(tmp_path):
+    """``flaky_proxy(upstream, failures, how)``: a FlakyProxy, killed after the test."""
+    proxies = []
+
+    def start(upstream: str, failures: int = 0, how: str = "503") -> FlakyProxy:
+        proxies.append(FlakyProxy(upstream, tmp_path / f"proxy{len(proxies)}.log", failures, how))
+        return proxies[-1]
+
+    yield start
+    for proxy in proxies:
+        proxy.kill()

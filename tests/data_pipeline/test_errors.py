@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,7 @@ from data_pipeline import (
     verify,
 )
 from data_pipeline.prepare import main
+from data_pipeline.storage import Retry
 from tests.conftest import REPO_ROOT
 
 
@@ -71,7 +73,7 @@ def test_corrupted_sample_and_sha256_mismatch(wt103_copy, capsys):
         ChecksumError, match=r"valid-00000-000001\.tar: sha256 .* first bad sample.*2"
     ):
         verify(str(wt103_copy))
-    assert main(["--verify", str(wt103_copy)]) == 1
+    assert main(["--verify", str(wt103_copy)]) == 2
     assert "valid-00000-000001.tar" in capsys.readouterr().err
 
 
@@ -90,7 +92,7 @@ def test_model_vocab_size_mismatch(wt103):
 def test_unreachable_url(refused_url):
     url = f"{refused_url}/data/valid/manifest.json"
     with pytest.raises(SourceUnreachableError, match=f"cannot read manifest {url}"):
-        TokenStreams(url, 2, 10)
+        TokenStreams(url, 2, 10, retry=Retry(attempts=2, first_wait_s=0.01))
 
 
 def test_missing_manifest(tmp_path):
@@ -120,3 +122,32 @@ def test_the_official_download_without_network_suggests_a_local_source(tmp_path)
     assert proc.returncode != 0
     assert "could not be reached" in proc.stderr and "not found" not in proc.stderr
     assert "offline, pass --source with a local copy of the corpus" in proc.stderr
+
+
+def no_text_sources(root: Path) -> dict[str, tuple[Path, str]]:
+    """Sources without a token, and what txl-prepare finds in each."""
+    (root / "empty").mkdir()
+    (root / "empty" / "train.txt").touch()
+    (root / "hidden").mkdir()
+    (root / "hidden" / ".notes.txt").write_text("hidden files never count\n")
+    (root / "blank.txt").write_text("\n \n\t\n")
+    return {
+        "empty file": (root / "empty" / "train.txt", "no document in 1 file"),
+        "empty files": (root / "empty", "no document in 1 file"),
+        "no text files": (root / "hidden", "no files"),
+        "blank lines": (root / "blank.txt", "only blank lines"),
+    }
+
+
+@pytest.mark.parametrize("case", ["empty file", "empty files", "no text files", "blank lines"])
+def test_a_source_without_text_is_refused(tmp_path, capsys, case):
+    source, found = no_text_sources(tmp_path)[case]
+    out = tmp_path / "out"
+    argv = ["--dataset", "text", "--source", str(source), "--out", str(out), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"txl-prepare: error: source {source} holds no text for the train split ({found}); "
+        "point --source at the corpus's UTF-8 text files"
+    )
+    assert not list(out.glob("*/manifest.json"))  # no empty split to train on

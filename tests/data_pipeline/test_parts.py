@@ -72,7 +72,7 @@ def test_a_failed_part_is_rerun_alone(shared_data, tmp_path, capsys):
     records[-1].unlink()
     cut = sorted((tmp_path / "out" / "valid").glob("valid-00005-*.tar"))[-1]
     cut.write_bytes(cut.read_bytes()[:1000])
-    assert main([*args, "--merge"]) == 1
+    assert main([*args, "--merge"]) == 2
     assert "unit valid-00005 is not prepared yet" in capsys.readouterr().err
     others = set((tmp_path / "out" / "valid").glob("*.tar")) - set(cut.parent.glob("*-00005-*"))
     untouched = {p: p.stat().st_mtime_ns for p in others}
@@ -91,7 +91,7 @@ def test_a_failed_part_is_rerun_alone(shared_data, tmp_path, capsys):
 def test_merge_before_counting_names_the_missing_units(shared_data, tmp_path, capsys):
     source = shared_data / "wikitext-2"
     assert main(cli(source, tmp_path, "--part", "1/2")) == 0
-    assert main(cli(source, tmp_path, "--merge")) == 1
+    assert main(cli(source, tmp_path, "--merge")) == 2
     err = capsys.readouterr().err
     assert "not counted yet" in err and "test-00000" in err and "--part I/N" in err
 

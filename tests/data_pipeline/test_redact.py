@@ -14,6 +14,7 @@ from data_pipeline import (
 )
 from data_pipeline.prepare import main
 from data_pipeline.redact import REDACTED, is_secret_name, redact, redact_text
+from data_pipeline.storage import Retry
 
 
 def test_secret_names_and_plain_names():
@@ -105,7 +106,7 @@ def test_errors_over_http_name_the_url_without_its_password(tmp_path, http_serve
     assert shown(err) == f"source {base.replace(f'alice:{PASSWORD}', REDACTED)}/wt103.zip not found"
     refused = f"{with_password(refused_url)}/data/valid/manifest.json"
     with pytest.raises(SourceUnreachableError) as err:
-        load_manifest(refused, options)
+        load_manifest(refused, options, Retry(attempts=2, first_wait_s=0.01))
     assert shown(err).startswith(f"cannot read manifest http://{REDACTED}@127.0.0.1:")
 
 
