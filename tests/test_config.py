@@ -95,6 +95,7 @@ def test_n_token_auto_reads_the_vocabulary_size_of_the_data(tmp_path, shared_dat
         ("optim", "lr", "fast", r"optim\.lr must be float, got 'fast'"),
         ("train", "global_rows", 2.5, r"train\.global_rows must be int"),
         ("data", "order", "random", r"data\.order must be 'corpus' or 'shuffle'"),
+        ("data", "read_attempts", 0, r"data\.read_attempts must be >= 1"),
         ("logging", "wandb", {"mode": "cloud"}, r"logging\.wandb\.mode must be one of"),
         ("model", "n_layer", 0, r"model\.n_layer must be positive"),
     ],

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from data_pipeline.redact import redact, redact_text
+from data_pipeline.storage import Retry
 from txl_dist.model.config import TXLConfig
 from txl_dist.schema import ConfigError, section_from_dict
 
@@ -42,10 +43,23 @@ class DataConfig:
     """Split of the final evaluation; null skips it."""
     storage_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     """fsspec storage options (e.g. S3 endpoint_url, key, secret)."""
+    read_attempts: int = 6
+    """Tries per HTTP/S3 read of a shard or manifest before a reset, 5xx or stall is an error."""
+    read_timeout_s: float = 60.0
+    """Seconds a remote connect or read may stall before that try counts as failed."""
 
     def __post_init__(self) -> None:
         if self.order not in ("corpus", "shuffle"):
             raise ValueError(f"data.order must be 'corpus' or 'shuffle', got {self.order!r}")
+        if self.read_attempts < 1 or self.read_timeout_s <= 0:
+            raise ValueError(
+                f"data.read_attempts must be >= 1 and data.read_timeout_s > 0, got "
+                f"{self.read_attempts} and {self.read_timeout_s}"
+            )
+
+    def retry(self) -> Retry:
+        """How shard and manifest reads ride out a flaky store."""
+        return Retry(attempts=self.read_attempts, timeout_s=self.read_timeout_s)
 
 
 @dataclasses.dataclass

@@ -142,6 +142,7 @@ def open_streams(
         tail=tail,
         expected_vocab_size=config.model.n_token,
         storage_options=data.storage_options,
+        retry=data.retry(),
     )
 
 

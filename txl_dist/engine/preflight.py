@@ -37,7 +37,7 @@ def check_splits(config: RunConfig) -> None:
         url = manifest_url(data.path, split)
         skip = "" if key == "train_split" else f", or skip it with --set data.{key}=null"
         try:
-            manifest = load_manifest(url, data.storage_options)
+            manifest = load_manifest(url, data.storage_options, data.retry())
             check_vocab(manifest, url, config.model.n_token)
         except DataError as err:
             raise ConfigError(f"data.{key}={split}: {err}{skip}") from err
