@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.resume is None:
             run_dir.claim(config.train.out_dir, args.overwrite, world.is_main)
         point = checkpoint.find_resume_point(args.resume, config.train.out_dir)
+        for damaged in point.passed_over if point and world.is_main else ():
+            print(f"[txl-dist] warning: {damaged}", file=sys.stderr, flush=True)
         if args.resume == "auto" and _already_finished(point, config, world):
             return
         preflight.check_before_training(config)
@@ -78,7 +80,12 @@ def main(argv: list[str] | None = None) -> None:
             kind = next(name for cls, name in STARTUP_ERRORS.items() if isinstance(err, cls))
             print(f"{kind}: {err}", file=sys.stderr, flush=True)
         sys.exit(2)
-    stopped_early = trainer.run()
+    try:
+        stopped_early = trainer.run()
+    except checkpoint.CheckpointSaveError as err:  # every rank raised it: one line, from rank 0
+        if world.is_main:
+            print(f"checkpoint error: {err}", file=sys.stderr, flush=True)
+        sys.exit(1)
     if stopped_early and args.stop_file and world.is_main:
         checkpoints = os.path.join(config.train.out_dir, checkpoint.CHECKPOINT_DIR)
         _write_stop_file(args.stop_file, trainer.step, stopped_early, checkpoints)
@@ -92,6 +99,7 @@ STARTUP_ERRORS = {
     ConfigError: "config error",
     run_dir.RunDirError: "run directory error",
     checkpoint.UnsafeCheckpointError: "checkpoint error",  # refused before anything unpickled
+    checkpoint.DamagedCheckpointError: "checkpoint error",
 }
 
 
