@@ -49,7 +49,7 @@ PARTIAL = ".partial"  # suffix of a directory being written; renamed away when c
 UNIVERSAL = "_universal"  # suffix of a checkpoint's universal conversion
 # Everything a checkpoint leaves in the directory: its tag, conversion, and unfinished writes.
 ENTRY_PATTERN = re.compile(rf"^global_step(\d+)({UNIVERSAL})?({re.escape(PARTIAL)})?$")
-STATE_VERSION = 2  # of CheckpointState; files without a version are version 0
+STATE_VERSION = 1  # of CheckpointState; files without a version are version 0
 # Tests set it to a step: that save stops once this rank's files are written, before anything
 # is recorded or published, so a test can kill the ranks inside the save.
 PAUSE_IN_SAVE_ENV = "TXL_TEST_PAUSE_IN_SAVE"
@@ -121,7 +121,9 @@ class CheckpointState:
     slurm_job_id: str | None = None
     """The SLURM job that saved it, if any."""
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Every other file of the checkpoint by relative path: {"bytes": size, "crc32": hex}."""
+    """Every other file of the checkpoint by relative path: {"bytes": size, "crc32": hex};
+    empty in checkpoints saved before txl-dist recorded them, and in the client state DeepSpeed
+    keeps (written before the files existed)."""
     version: int = STATE_VERSION
     """Layout version of this record."""
 
@@ -230,7 +232,7 @@ def damage(tag_dir: str, files: dict[str, dict[str, Any]]) -> str | None:
     """How the files in `tag_dir` differ from their record, or None if they match.
 
     Sizes first, so a truncated file shows without reading anything; then every CRC-32.
-    Checkpoints saved before version 2 have no record: nothing to check.
+    Checkpoints saved before txl-dist recorded their files have no record: nothing to check.
     """
     for name, recorded in files.items():
         path = os.path.join(tag_dir, name)
@@ -399,7 +401,9 @@ def save(
         while True:  # until the test kills this rank
             time.sleep(60)
     staging = saving.staging
-    names = _files_under(staging)
+    # Each rank sees at least its own files (a shared filesystem may cache listings per node).
+    views = saving.on_every_rank(lambda: _files_under(staging))
+    names = sorted(set().union(*views))
     shares = saving.on_every_rank(
         lambda: digests(staging, names[rank :: dist.get_world_size()], sync=True)
     )
