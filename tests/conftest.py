@@ -1,4 +1,7 @@
+import contextlib
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,3 +26,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(part in SLOW_DIRS for part in item.path.relative_to(REPO_ROOT).parts[1:2]):
             item.add_marker(pytest.mark.slow)
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: int) -> Iterator[Path]:
+    """A tmpfs of `size` bytes at `path`, unmounted when the block exits however it exits.
+
+    Mounting needs root (CI runs as root); elsewhere the test is skipped, saying so.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("a full disk is a small tmpfs here, and mounting one needs root")
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], check=True)
+    try:
+        yield path
+    finally:  # lazily: a process still holding a file there must not keep it mounted
+        subprocess.run(["umount", "--lazy", path], check=True)

@@ -2,13 +2,18 @@
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
 
 from txl_dist.config import ConfigError
 from txl_dist.engine import checkpoint
-from txl_dist.engine.checkpoint import CheckpointState, CheckpointStateError
+from txl_dist.engine.checkpoint import (
+    CheckpointState,
+    CheckpointStateError,
+    DamagedCheckpointError,
+)
 
 
 def state(step=10, world_size=2, **changes) -> CheckpointState:
@@ -32,7 +37,9 @@ def fake_checkpoint(directory, step, world_size, rows_per_rank, complete=True, r
             tag / f"memory_rank{rank}.pt",
         )
     if complete:
-        client = state(step, world_size, run_id=run_id)
+        names = sorted(p.name for p in tag.iterdir())
+        files = checkpoint.digests(str(tag), names, sync=False)
+        client = state(step, world_size, run_id=run_id, files=files)
         (tag / checkpoint.CLIENT_FILE).write_text(client.to_json())
         (directory / checkpoint.LATEST).write_text(tag.name)
 
@@ -41,7 +48,9 @@ def test_resume_auto_finds_latest_and_nothing_when_fresh(tmp_path):
     assert checkpoint.find_resume_point("auto", str(tmp_path)) is None
     fake_checkpoint(tmp_path / "checkpoints", 10, 2, 4)
     point = checkpoint.find_resume_point("auto", str(tmp_path))
-    assert point.tag == "global_step10" and point.client == state(10, 2)
+    assert point.tag == "global_step10" and point.passed_over == []
+    assert point.client == state(10, 2, files=point.client.files)
+    assert sorted(point.client.files) == ["memory_rank0.pt", "memory_rank1.pt"]
     explicit = checkpoint.find_resume_point(str(tmp_path / "checkpoints/global_step10"), "unused")
     assert explicit.tag == "global_step10"
     with pytest.raises(FileNotFoundError, match="neither a checkpoint"):
@@ -53,15 +62,81 @@ def test_prune_keeps_the_last_k_of_this_run_and_removes_partial_leftovers(tmp_pa
         fake_checkpoint(tmp_path, step, 1, 2, run_id="other")
     for step in (10, 20, 30):
         fake_checkpoint(tmp_path, step, 1, 2)
-    fake_checkpoint(tmp_path, 25, 1, 2, complete=False)  # a save that crashed midway
+    fake_checkpoint(tmp_path, 25, 1, 2, complete=False)  # a crashed save (before .partial)
+    # Conversions go with their checkpoint; unfinished writes up to the latest step go too.
+    left = ["global_step10_universal", "global_step20_universal", "global_step15.partial"]
+    left += ["global_step20_universal.partial", "global_step40.partial"]
+    for name in left:
+        (tmp_path / name).mkdir()
     (tmp_path / checkpoint.LATEST).write_text("global_step30")
     checkpoint.prune(str(tmp_path), keep_last=2, run_id="r1")
     assert sorted(p.name for p in tmp_path.glob("global_step*")) == [
         "global_step1",
         "global_step2",
         "global_step20",
+        "global_step20_universal",
         "global_step30",
+        "global_step40.partial",  # a save after latest's: the next save of step 40 removes it
     ]
+
+
+def damage_memory_file(tag):
+    """Flip one byte of a memory file: same size, another CRC-32."""
+    path = tag / "memory_rank1.pt"
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_resume_auto_passes_over_damaged_checkpoints_to_the_newest_intact_one(tmp_path):
+    ckpts = tmp_path / "checkpoints"
+    for step in (10, 20, 30):
+        fake_checkpoint(ckpts, step, 2, 4)
+    fake_checkpoint(ckpts, 25, 2, 4, complete=False)
+    (ckpts / checkpoint.LATEST).write_text("global_step30")
+    damage_memory_file(ckpts / "global_step30")
+    point = checkpoint.find_resume_point("auto", str(tmp_path))
+    assert point.tag == "global_step20"
+    damaged, incomplete = point.passed_over  # newest first
+    assert re.fullmatch(
+        rf"checkpoint {ckpts}/global_step30 is damaged: memory_rank1.pt has CRC-32 [0-9a-f]{{8}}, "
+        r"txl.json records [0-9a-f]{8}: resuming from global_step20",
+        damaged,
+    )
+    assert incomplete == (
+        f"{ckpts}/global_step25/txl.json missing: checkpoint global_step25 is incomplete: "
+        "resuming from global_step20"
+    )
+    # Named explicitly, a damaged checkpoint is an error, not a silent substitute.
+    with pytest.raises(DamagedCheckpointError, match="global_step30 is damaged: memory_rank1"):
+        checkpoint.find_resume_point(str(ckpts), "unused")
+
+    (ckpts / "global_step20" / checkpoint.CLIENT_FILE).write_text('{"step": 2')  # cut short
+    damage_memory_file(ckpts / "global_step10")
+    with pytest.raises(DamagedCheckpointError) as err:
+        checkpoint.find_resume_point("auto", str(tmp_path))
+    message = str(err.value)  # the newest's damage, and that nothing else could stand in
+    assert message.startswith(f"checkpoint {ckpts}/global_step30 is damaged: memory_rank1.pt")
+    assert message.endswith(", and no earlier checkpoint is intact")
+
+
+@pytest.mark.parametrize(
+    "name,problem",
+    [
+        ("memory_rank0.pt", "memory_rank0.pt is missing"),
+        (
+            "../../etc/hostname",
+            "txl.json records '../../etc/hostname', a path outside the checkpoint",
+        ),
+        ("sub", "sub is not a regular file"),
+    ],
+)
+def test_a_record_is_checked_file_by_file(tmp_path, name, problem):
+    fake_checkpoint(tmp_path, 10, 1, 2)
+    tag = tmp_path / "global_step10"
+    (tag / "sub").mkdir()
+    (tag / "memory_rank0.pt").rename(tag / "moved.pt")
+    assert checkpoint.damage(str(tag), {name: {"bytes": 0, "crc32": "00000000"}}) == problem
 
 
 @pytest.mark.parametrize("new_world", [1, 2, 4])

@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 import torch
 
 from tests import processes
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, small_disk
 from tests.integration.runs import (
     PRETRAIN_DUMPING,
     STEPS,
@@ -32,7 +33,8 @@ from tests.integration.runs import (
     train,
     train_losses,
 )
-from txl_dist.engine import checkpoint
+from txl_dist.config import load_run_config
+from txl_dist.engine import checkpoint, preflight
 
 # ---- ZeRO stages ----
 
@@ -191,7 +193,11 @@ def test_world_size_change_keeps_weights_and_adam_moments(world_change, saved_by
     assert (
         f"saved on {saved_on} ranks, now {loaded_on}; optimizer via universal checkpoint" in stdout
     )
-    assert (out / "checkpoints" / f"global_step{step}_universal").is_dir()
+    # A conversion lasts as long as its checkpoint: keep_last=2 pruned step 2 with it at step 4.
+    checkpoints = out / "checkpoints"
+    kept = (checkpoints / f"global_step{step}").is_dir()
+    assert kept == (step == 3) == (checkpoints / f"global_step{step}_universal").is_dir()
+    assert not list(checkpoints.glob(f"*{checkpoint.PARTIAL}"))
     assert_same_optimizer_state(
         world_change[loaded_by] / f"start_step{step}.pt",
         world_change[saved_by] / f"end_step{step}.pt",
@@ -285,6 +291,69 @@ def rank_tracebacks(output: str) -> list[str]:
     """Tracebacks printed by ranks (the launchers' own, of their interrupt, are theirs)."""
     blocks = output.split("Traceback (most recent call last):")[1:]
     return [b for b in blocks if "pretrain.py" in b or "txl_dist" in b]
+
+
+# ---- a kill or a full disk inside a save ----
+
+
+def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
+    small_corpus, uninterrupted, tmp_path
+):
+    out = tmp_path / "killed"
+    checkpoints = out / "checkpoints"
+    staging = checkpoints / f"global_step{2 * K}{checkpoint.PARTIAL}"
+    cmd = command(out, small_corpus, 2, HARD_RESUME, None)
+    env = {**os.environ, checkpoint.PAUSE_IN_SAVE_ENV: str(2 * K)}  # ranks stop inside the save
+    with (
+        open(tmp_path / "killed.log", "w") as log,
+        processes.process_group(
+            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env
+        ) as run,
+    ):
+        deadline = time.monotonic() + 300
+        while not all((staging / f"memory_rank{r}.pt").exists() for r in (0, 1)):
+            alive = time.monotonic() < deadline and run.poll() is None
+            assert alive, (tmp_path / "killed.log").read_text()[-3000:]
+            time.sleep(0.1)
+        os.killpg(run.pid, signal.SIGKILL)  # every rank and the launcher at once, mid-save
+        run.wait()
+    assert (checkpoints / checkpoint.LATEST).read_text() == f"global_step{K}"
+    assert not (checkpoints / f"global_step{2 * K}").exists()
+    (staging / "stale").write_text("a file only the killed save had")
+
+    proc = train(out, small_corpus, overrides=HARD_RESUME, resume="auto")
+    assert f"resumed global_step{K} at step {K}" in proc.stdout
+    resumed = [r for r in records(out) if r["restart"] == 1]
+    expected = [r for r in records(uninterrupted) if r["step"] > K]
+    assert repeated(resumed) == repeated(expected)
+    # The killed save's directory was removed before step 2K was saved again.
+    assert not staging.exists() and not (checkpoints / f"global_step{2 * K}" / "stale").exists()
+    point = checkpoint.find_resume_point("auto", str(out))
+    assert point.tag == f"global_step{2 * K}" and not point.passed_over
+
+
+def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_previous_checkpoint(wikitext, tmp_path):
+    # One rank's checkpoint of the tiny config is 34.5 MB: the disk holds one, not two.
+    with small_disk(tmp_path / "disk", 50 << 20) as disk:
+        out, checkpoints = disk / "run", disk / "run" / "checkpoints"
+        overrides = ["train.save_interval=1", "train.max_steps=3"]
+        proc = processes.run(command(out, wikitext, 1, overrides, None), timeout=300, cwd=REPO_ROOT)
+        assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "Traceback" not in proc.stdout + proc.stderr
+        (line,) = [line for line in proc.stderr.splitlines() if "checkpoint error" in line]
+        config = load_run_config(
+            str(REPO_ROOT / "configs" / "tiny.json"), [f"data.path={wikitext}"]
+        )
+        needed = preflight.checkpoint_bytes(config)
+        assert re.fullmatch(
+            f"checkpoint error: no space left in {checkpoints} for checkpoint global_step2: one "
+            f"checkpoint needs about {needed:,.0f} bytes, [0-9,]+ are free; free space or move "
+            r"train.out_dir, then continue with --resume auto \(latest still names global_step1\)",
+            line,
+        )
+        assert sorted(p.name for p in checkpoints.glob("global_step*")) == ["global_step1"]
+        # intact: every file as saved (size and CRC-32), and its pickles pass the safety scan
+        assert checkpoint.find_resume_point("auto", str(out)).tag == "global_step1"
 
 
 # ---- config errors ----

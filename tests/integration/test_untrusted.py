@@ -26,7 +26,7 @@ from tests.conftest import REPO_ROOT
 from tests.data_pipeline.conftest import RangeServer
 from tests.integration.runs import PRETRAIN
 from txl_dist.cli.export import ExportError, export
-from txl_dist.engine.checkpoint import load_trusted
+from txl_dist.engine.checkpoint import CLIENT_FILE, CheckpointState, digests, load_trusted
 
 STAGES = (0, 2, 3)
 PASSWORD, TOKEN = "pw-Zq81SECRET", "tok-Hx27SECRET"
@@ -130,6 +130,10 @@ def poisoned_copy(out: Path, stage: int, tmp_path: Path) -> tuple[Path, Path]:
     state["extra"] = Payload(marker)
     torch.save(state, target.with_suffix(".tmp"))
     target.with_suffix(".tmp").replace(target)
+    # An attacker rewrites the record of sizes and CRC-32s too (else it is refused as damaged).
+    record = CheckpointState.from_json((tag / CLIENT_FILE).read_text(), "txl.json")
+    record.files = digests(str(tag), list(record.files), sync=False)
+    (tag / CLIENT_FILE).write_text(record.to_json())
     return copy, marker
 
 

@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.resume is None:
             run_dir.claim(config.train.out_dir, args.overwrite, world.is_main)
         point = checkpoint.find_resume_point(args.resume, config.train.out_dir)
+        for damaged in point.passed_over if point and world.is_main else ():
+            log.warning(f"warning: {damaged}")
         if args.resume == "auto" and _already_finished(point, config, world):
             return
         preflight.check_before_training(config)
@@ -92,6 +94,10 @@ def main(argv: list[str] | None = None) -> None:
         _fail(err, world, config.train.out_dir if config else None)
     try:
         stopped_early = trainer.run()
+    except checkpoint.CheckpointSaveError as err:  # every rank raised it: one line, from rank 0
+        if world.is_main:
+            print(f"checkpoint error: {err}", file=sys.stderr, flush=True)
+        sys.exit(1)
     except Exception as err:  # noqa: BLE001
         _fail(err, world, config.train.out_dir)
     if stopped_early and args.stop_file and world.is_main:
@@ -107,6 +113,7 @@ STARTUP_ERRORS = {
     ConfigError: "config error",
     run_dir.RunDirError: "run directory error",
     checkpoint.UnsafeCheckpointError: "checkpoint error",  # refused before anything unpickled
+    checkpoint.DamagedCheckpointError: "checkpoint error",
 }
 
 

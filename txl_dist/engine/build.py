@@ -15,7 +15,7 @@ import torch
 from data_pipeline.shards import manifest_url
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import ConfigError, RunConfig
-from txl_dist.engine import checkpoint
+from txl_dist.engine import checkpoint, preflight
 from txl_dist.engine.checkpoint import CheckpointState, ResumePoint
 from txl_dist.engine.dist import World, init_distributed
 from txl_dist.engine.evaluate import EvalResult, evaluate
@@ -221,11 +221,18 @@ class Checkpointer:
         self.engine, self.memory, self.first_row = engine, memory, first_row
         self.directory = os.path.join(config.train.out_dir, checkpoint.CHECKPOINT_DIR)
         self.keep_last = config.train.keep_last
+        self.needed_bytes = preflight.checkpoint_bytes(config)  # said when the disk is full
 
     def save(self, state: CheckpointState) -> str:
         """Write every rank's part of the checkpoint for state.step; returns its path."""
         tag = checkpoint.save(
-            self.engine, self.directory, state, self.memory, self.first_row, self.keep_last
+            self.engine,
+            self.directory,
+            state,
+            self.memory,
+            self.first_row,
+            self.keep_last,
+            self.needed_bytes,
         )
         return os.path.join(self.directory, tag)
 

@@ -2,26 +2,36 @@
 
 Layout of `{out_dir}/checkpoints/`:
     global_step{N}/            DeepSpeed's model / optimizer files for step N
-    global_step{N}/txl.json    CheckpointState: step, stream position, config, vocab, world size
+    global_step{N}/txl.json    CheckpointState: step, stream position, config, vocab, world size,
+                               and the size and CRC-32 of every other file of the checkpoint
     global_step{N}/memory_rank{r}.pt   rank r's memories (with their first global row) and RNG
-    latest                     the newest complete tag, replaced atomically after every rank wrote
+    global_step{N}_universal/  DeepSpeed's universal conversion, for another world size
+    latest                     the newest complete tag
 
-`latest` moves only after a barrier that follows every rank's writes, so a crash mid-save leaves
-the previous checkpoint as latest; the partial directory is removed by the next save.
+A save writes `global_step{N}.partial/`, fsyncs and records every file, then renames it to
+`global_step{N}` and only then replaces `latest`: a kill at any moment leaves `latest` naming a
+complete checkpoint. Conversions are written the same way. A resume checks the record and, with
+`--resume auto`, passes over a damaged newest checkpoint to the previous intact one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib
 import json
 import os
 import random
 import re
 import shutil
+import stat
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,7 +45,16 @@ CHECKPOINT_DIR = "checkpoints"  # inside train.out_dir
 LATEST = "latest"
 CLIENT_FILE = "txl.json"
 TAG_PATTERN = re.compile(r"^global_step(\d+)$")
+PARTIAL = ".partial"  # suffix of a directory being written; renamed away when complete
+UNIVERSAL = "_universal"  # suffix of a checkpoint's universal conversion
+# Everything a checkpoint leaves in the directory: its tag, conversion, and unfinished writes.
+ENTRY_PATTERN = re.compile(rf"^global_step(\d+)({UNIVERSAL})?({re.escape(PARTIAL)})?$")
 STATE_VERSION = 1  # of CheckpointState; files without a version are version 0
+# Tests set it to a step: that save stops once this rank's files are written, before anything
+# is recorded or published, so a test can kill the ranks inside the save.
+PAUSE_IN_SAVE_ENV = "TXL_TEST_PAUSE_IN_SAVE"
+DIGEST_CHUNK = 16 << 20
+DIGEST_THREADS = 4  # zlib.crc32 releases the GIL: files are checked in parallel
 # DeepSpeed's ds_to_universal refuses checkpoints whose client state lacks this.
 UNIVERSAL_INFO = {"universal_checkpoint_info": {"universal_checkpoint_version": 0.2}}
 # Earlier torch releases have known bypasses of the weights_only unpickler (CVE-2025-32434
@@ -63,6 +82,14 @@ def tag_for(step: int) -> str:
 
 class CheckpointStateError(ValueError):
     """txl.json cannot be read as a checkpoint state; the message names the file."""
+
+
+class DamagedCheckpointError(FileNotFoundError):
+    """A checkpoint is incomplete or its files differ from their record; the message names one."""
+
+
+class CheckpointSaveError(RuntimeError):
+    """A save failed on some rank; every rank raises it and `latest` still names the last one."""
 
 
 @dataclass
@@ -93,6 +120,10 @@ class CheckpointState:
     """How many times the run was resumed (any launcher) before this checkpoint."""
     slurm_job_id: str | None = None
     """The SLURM job that saved it, if any."""
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Every other file of the checkpoint by relative path: {"bytes": size, "crc32": hex};
+    empty in checkpoints saved before txl-dist recorded them, and in the client state DeepSpeed
+    keeps (written before the files existed)."""
     version: int = STATE_VERSION
     """Layout version of this record."""
 
@@ -111,7 +142,11 @@ class CheckpointState:
             )
         # Version 0 had the same fields plus DeepSpeed's universal_checkpoint_info.
         names = {f.name for f in dataclasses.fields(cls)}
-        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+        required = {
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
         if missing := sorted(required - values.keys()):
             raise CheckpointStateError(
                 f"{source} lacks {', '.join(missing)}: not a txl-dist checkpoint"
@@ -129,33 +164,114 @@ class ResumePoint:
     """Tag inside it, e.g. global_step200."""
     client: CheckpointState
     """What txl.json holds."""
+    passed_over: list[str] = field(default_factory=list)
+    """Why newer checkpoints were passed over (damaged), newest first; printed as warnings."""
 
 
 def find_resume_point(resume: str | None, out_dir: str) -> ResumePoint | None:
-    """`auto`: the run's latest checkpoint if any; a path: that tag or checkpoints directory."""
+    """`auto`: the run's newest intact checkpoint if any (passing over damaged ones with a
+    warning); a path: that tag, or the `latest` of that checkpoints directory."""
     if not resume:
         return None
     if resume == "auto":
         directory = os.path.join(out_dir, CHECKPOINT_DIR)
         if not os.path.exists(os.path.join(directory, LATEST)):
             return None
-        tag = read_latest(directory)
-    elif os.path.exists(os.path.join(resume, CLIENT_FILE)):
-        directory, tag = os.path.split(os.path.normpath(resume))
-    elif os.path.exists(os.path.join(resume, LATEST)):
-        directory, tag = resume, read_latest(resume)
-    else:
-        raise FileNotFoundError(
-            f"--resume {resume}: neither a checkpoint (no {CLIENT_FILE}) nor a checkpoints "
-            f"directory (no {LATEST}); pass auto, a checkpoints/ directory or "
-            "checkpoints/global_stepN"
-        )
-    client_path = os.path.join(directory, tag, CLIENT_FILE)
+        return _newest_intact(directory)
+    if os.path.exists(os.path.join(resume, CLIENT_FILE)):
+        return _checked_point(*os.path.split(os.path.normpath(resume)))
+    if os.path.exists(os.path.join(resume, LATEST)):
+        return _checked_point(resume, read_latest(resume))
+    raise FileNotFoundError(
+        f"--resume {resume}: neither a checkpoint (no {CLIENT_FILE}) nor a checkpoints "
+        f"directory (no {LATEST}); pass auto, a checkpoints/ directory or "
+        "checkpoints/global_stepN"
+    )
+
+
+def _newest_intact(directory: str) -> ResumePoint:
+    """`latest`, or if it is damaged the newest earlier checkpoint that is intact."""
+    latest = read_latest(directory)
+    latest_step = int(TAG_PATTERN.match(latest).group(1))
+    earlier = sorted(
+        (int(m.group(1)), name)
+        for name in os.listdir(directory)
+        if (m := TAG_PATTERN.match(name)) and int(m.group(1)) < latest_step
+    )
+    damaged = []
+    for tag in [latest, *(name for _, name in reversed(earlier))]:
+        try:
+            point = _checked_point(directory, tag)
+        except DamagedCheckpointError as err:
+            damaged.append(str(err))
+            continue
+        point.passed_over = [f"{reason}: resuming from {tag}" for reason in damaged]
+        return point
+    raise DamagedCheckpointError(f"{damaged[0]}, and no earlier checkpoint is intact")
+
+
+def _checked_point(directory: str, tag: str) -> ResumePoint:
+    """The checkpoint `tag` once its files match their record and its pickles are safe."""
+    tag_dir = os.path.join(directory, tag)
+    client_path = os.path.join(tag_dir, CLIENT_FILE)
     if not os.path.exists(client_path):
-        raise FileNotFoundError(f"{client_path} missing: checkpoint {tag} is incomplete")
-    check_pickles(os.path.join(directory, tag))  # before DeepSpeed or we unpickle anything
+        raise DamagedCheckpointError(f"{client_path} missing: checkpoint {tag} is incomplete")
     with open(client_path) as f:
-        return ResumePoint(directory, tag, CheckpointState.from_json(f.read(), client_path))
+        text = f.read()
+    try:
+        client = CheckpointState.from_json(text, client_path)
+    except json.JSONDecodeError as err:
+        raise DamagedCheckpointError(f"{client_path} is damaged: not JSON ({err})") from err
+    if problem := damage(tag_dir, client.files):
+        raise DamagedCheckpointError(f"checkpoint {tag_dir} is damaged: {problem}")
+    check_pickles(tag_dir)  # before DeepSpeed or we unpickle anything
+    return ResumePoint(directory, tag, client)
+
+
+def damage(tag_dir: str, files: dict[str, dict[str, Any]]) -> str | None:
+    """How the files in `tag_dir` differ from their record, or None if they match.
+
+    Sizes first, so a truncated file shows without reading anything; then every CRC-32.
+    Checkpoints saved before txl-dist recorded their files have no record: nothing to check.
+    """
+    for name, recorded in files.items():
+        path = os.path.join(tag_dir, name)
+        if os.path.isabs(name) or os.path.normpath(name).startswith(".."):
+            return f"{CLIENT_FILE} records {name!r}, a path outside the checkpoint"
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return f"{name} is missing"
+        if not stat.S_ISREG(info.st_mode):
+            return f"{name} is not a regular file"
+        if info.st_size != recorded["bytes"]:
+            return f"{name} has {info.st_size} bytes, {CLIENT_FILE} records {recorded['bytes']}"
+    found = digests(tag_dir, list(files), sync=False)
+    for name, recorded in files.items():
+        if found[name]["crc32"] != recorded["crc32"]:
+            return (
+                f"{name} has CRC-32 {found[name]['crc32']}, {CLIENT_FILE} records "
+                f"{recorded['crc32']}"
+            )
+    return None
+
+
+def digests(root: str, names: list[str], sync: bool) -> dict[str, dict[str, Any]]:
+    """Size and CRC-32 of each file (fsynced too if `sync`), read in parallel."""
+    with ThreadPoolExecutor(DIGEST_THREADS) as pool:
+        found = pool.map(lambda name: _digest(os.path.join(root, name), sync), names)
+        return dict(zip(names, found))
+
+
+def _digest(path: str, sync: bool) -> dict[str, Any]:
+    crc, size = 0, 0
+    with open(path, "rb") as f:
+        while chunk := f.read(DIGEST_CHUNK):
+            crc = zlib.crc32(chunk, crc)
+            size += len(chunk)
+        if sync:  # flushes the file whichever process wrote it
+            os.fsync(f.fileno())
+    return {"bytes": size, "crc32": f"{crc:08x}"}
 
 
 def needs_universal(point: ResumePoint | None, world_size: int, zero_stage: int) -> bool:
@@ -270,37 +386,184 @@ def save(
     memory: MemoryBank,
     first_row: int,
     keep_last: int,
+    needed_bytes: float,
 ) -> str:
-    """Write a complete checkpoint for `state.step` from every rank; returns its tag."""
-    tag = tag_for(state.step)
+    """Write a complete checkpoint for `state.step` from every rank; returns its tag.
+
+    Raises CheckpointSaveError on every rank if any rank fails (a full disk says so with
+    `needed_bytes`, an estimate of one checkpoint); the partial directory is then removed.
+    """
+    saving = _Saving(directory, tag_for(state.step), needed_bytes)
     rank = dist.get_rank()
-    client = {**dataclasses.asdict(state), **UNIVERSAL_INFO}
-    engine.save_checkpoint(directory, tag=tag, client_state=client, save_latest=False)
-    torch.save(
-        {"first_row": first_row, "memory": memory.rows_state(), "rng": rng_state()},
-        os.path.join(directory, tag, f"memory_rank{rank}.pt"),
+    saving.on_every_rank(saving.clear if rank == 0 else lambda: None)
+    saving.on_every_rank(lambda: _write_rank_files(engine, saving, state, memory, first_row))
+    if os.environ.get(PAUSE_IN_SAVE_ENV) == str(state.step):
+        while True:  # until the test kills this rank
+            time.sleep(60)
+    staging = saving.staging
+    # Each rank sees at least its own files (a shared filesystem may cache listings per node).
+    views = saving.on_every_rank(lambda: _files_under(staging))
+    names = sorted(set().union(*views))
+    shares = saving.on_every_rank(
+        lambda: digests(staging, names[rank :: dist.get_world_size()], sync=True)
     )
-    dist.barrier()  # every rank's files are on disk before anything points at them
+    files = dict(sorted(item for share in shares for item in share.items()))
+    saving.on_every_rank(
+        lambda: saving.publish(dataclasses.replace(state, files=files)) if rank == 0 else None
+    )
     if rank == 0:
-        _write_atomic(os.path.join(directory, tag, CLIENT_FILE), state.to_json())
-        _write_atomic(os.path.join(directory, LATEST), tag)
         prune(directory, keep_last, state.run_id)
     dist.barrier()
-    return tag
+    return saving.tag
 
 
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
+def _write_rank_files(
+    engine, saving: _Saving, state: CheckpointState, memory: MemoryBank, first_row: int
+) -> None:
+    """This rank's DeepSpeed files and memories, into the partial directory."""
+    client = {**dataclasses.asdict(state), **UNIVERSAL_INFO}
+    partial = os.path.basename(saving.staging)
+    try:
+        engine.save_checkpoint(
+            saving.directory, tag=partial, client_state=client, save_latest=False
+        )
+    except Exception:
+        # DeepSpeed's save ends with a barrier, which this rank skipped by failing in a write
+        # (its collectives come before them); take it so the ranks stay in step.
+        dist.barrier()
+        raise
+    torch.save(
+        {"first_row": first_row, "memory": memory.rows_state(), "rng": rng_state()},
+        os.path.join(saving.staging, f"memory_rank{dist.get_rank()}.pt"),
+    )
+
+
+def _files_under(root: str) -> list[str]:
+    """Paths of every file under `root`, relative to it, sorted (the same list on every rank)."""
+    return sorted(
+        os.path.relpath(os.path.join(folder, name), root)
+        for folder, _, names in os.walk(root)
+        for name in names
+    )
+
+
+@dataclass
+class _Saving:
+    """One save in progress: its place, how every rank's parts agree, how it ends or is undone."""
+
+    directory: str
+    """The checkpoints directory."""
+    tag: str
+    """The tag being saved."""
+    needed_bytes: float
+    """An estimate of one checkpoint's size, for the message when the disk is full."""
+
+    @property
+    def staging(self) -> str:
+        return os.path.join(self.directory, self.tag + PARTIAL)
+
+    @property
+    def latest_staging(self) -> str:
+        return os.path.join(self.directory, LATEST + PARTIAL)
+
+    def clear(self) -> None:
+        """Make room for this save: a failed save of the same step left its directory."""
+        os.makedirs(self.directory, exist_ok=True)
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def on_every_rank(self, work: Callable[[], Any]) -> list[Any]:
+        """Run `work` here, gather every rank's result; if any rank failed, undo and raise."""
+        try:
+            outcome = (work(), None, False)
+        except Exception as err:  # noqa: BLE001 - every failure ends the save on every rank
+            outcome = (None, f"{type(err).__name__}: {err}", _out_of_space(err))
+        outcomes = [None] * dist.get_world_size()
+        dist.all_gather_object(outcomes, outcome)
+        failed = [(rank, error, full) for rank, (_, error, full) in enumerate(outcomes) if error]
+        if failed:
+            self._undo()
+            rank, error, _ = failed[0]
+            out_of_space = any(full for _, _, full in failed)
+            raise CheckpointSaveError(self._failure(rank, error, out_of_space))
+        return [value for value, _, _ in outcomes]
+
+    def _undo(self) -> None:
+        """Remove what this save wrote; every rank waits for it, then `latest` is as before."""
+        if dist.get_rank() == 0:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            if os.path.exists(self.latest_staging):
+                os.remove(self.latest_staging)
+        dist.barrier()
+
+    def _failure(self, rank: int, error: str, out_of_space: bool) -> str:
+        """The one line that ends the run."""
+        latest = os.path.join(self.directory, LATEST)
+        if os.path.exists(latest):
+            kept = f"{LATEST} still names {read_latest(self.directory)}"
+        else:
+            kept = "no earlier checkpoint"
+        free = shutil.disk_usage(self.directory).free
+        if out_of_space or free < self.needed_bytes:
+            return (
+                f"no space left in {self.directory} for checkpoint {self.tag}: one checkpoint "
+                f"needs about {self.needed_bytes:,.0f} bytes, {free:,} are free; free space or "
+                f"move train.out_dir, then continue with --resume auto ({kept})"
+            )
+        where = f"checkpoint {self.tag} in {self.directory}"
+        return f"saving {where} failed on rank {rank}: {error} ({kept})"
+
+    def publish(self, state: CheckpointState) -> None:
+        """Record the files, then make the checkpoint visible and point `latest` at it."""
+        final = os.path.join(self.directory, self.tag)
+        _write_synced(os.path.join(self.staging, CLIENT_FILE), state.to_json())
+        _write_synced(self.latest_staging, self.tag)
+        _fsync(self.staging)
+        # Nothing from here on needs space. A checkpoint of this step saved before (the run
+        # was resumed from an earlier one) is replaced, and so is its conversion.
+        for stale in (final, final + UNIVERSAL):
+            shutil.rmtree(stale, ignore_errors=True)
+        os.replace(self.staging, final)
+        os.replace(self.latest_staging, os.path.join(self.directory, LATEST))
+        _fsync(self.directory)
+
+
+def _out_of_space(err: BaseException | None) -> bool:
+    """ENOSPC or EDQUOT anywhere in the chain (torch.save reports it as a bare RuntimeError)."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _write_synced(path: str, text: str) -> None:
+    with open(path, "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+
+
+def _fsync(path: str) -> None:
+    """Make a file's data, or a directory's entries (new files, renames), durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: str) -> None:
+    """Make every file and directory entry under `root` durable."""
+    for folder, _, names in os.walk(root):
+        for name in names:
+            _fsync(os.path.join(folder, name))
+        _fsync(folder)
 
 
 def prune(directory: str, keep_last: int, run_id: str | None) -> None:
-    """Delete all but the newest `keep_last` complete checkpoints of run `run_id`, and partial
-    ones before them; another run's checkpoints (resumed from elsewhere) are not ours to delete."""
+    """Delete all but the newest `keep_last` complete checkpoints of run `run_id` (with their
+    conversions), incomplete ones and leftovers of failed writes before them; another run's
+    checkpoints (resumed from elsewhere) are not ours to delete."""
     latest = read_latest(directory)
     latest_step = int(TAG_PATTERN.match(latest).group(1))
     tags = sorted(
@@ -312,6 +575,11 @@ def prune(directory: str, keep_last: int, run_id: str | None) -> None:
     for step, name in tags:
         deletable = runs[name] is False or runs[name] == run_id
         if name not in keep and step <= latest_step and deletable:
+            shutil.rmtree(os.path.join(directory, name + UNIVERSAL), ignore_errors=True)
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    for name in os.listdir(directory):
+        m = ENTRY_PATTERN.match(name)
+        if m and m.group(3) and int(m.group(1)) <= latest_step:
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
@@ -352,10 +620,16 @@ def load_memories(
 
 
 def convert_to_universal(point: ResumePoint) -> str:
-    """Convert a ZeRO checkpoint for a new world size (rank 0 runs it); returns the new tag."""
-    universal = f"{point.tag}_universal"
+    """Convert a ZeRO checkpoint for a new world size (rank 0 runs it); returns the new tag.
+
+    The converter writes under a temporary name, renamed once it is complete and synced: an
+    existing conversion is a finished one.
+    """
+    universal = f"{point.tag}{UNIVERSAL}"
     output = os.path.join(point.directory, universal)
     if dist.get_rank() == 0 and not os.path.exists(output):
+        staging = output + PARTIAL
+        shutil.rmtree(staging, ignore_errors=True)  # an interrupted conversion's
         subprocess.run(
             [
                 sys.executable,
@@ -364,10 +638,13 @@ def convert_to_universal(point: ResumePoint) -> str:
                 "--input_folder",
                 os.path.join(point.directory, point.tag),
                 "--output_folder",
-                output,
+                staging,
             ],
             check=True,
         )
+        _fsync_tree(staging)
+        os.replace(staging, output)
+        _fsync(point.directory)
     dist.barrier()
     check_pickles(output)  # it may have come with the checkpoint rather than from the converter
     return universal
