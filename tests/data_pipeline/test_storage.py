@@ -109,18 +109,22 @@ def read_while_the_server_dies(proxy, url: str, comes_back: bool, **kw) -> tuple
             restart.join()
 
 
+def behind_a_proxy(store, wt103, http_server, s3_valid, flaky_proxy):
+    """A fault proxy in front of the HTTP server or the S3 store: (proxy, manifest URL, options)."""
+    if store == "http":
+        proxy = flaky_proxy(http_server(wt103).url)
+        return proxy, manifest_url(proxy.url, "valid"), {}
+    proxy = flaky_proxy(s3_valid[0])
+    options = {**s3_valid[1], "endpoint_url": proxy.url}
+    return proxy, "s3://txl-flaky/wt103/valid/manifest.json", options
+
+
 @pytest.mark.parametrize("store", ["http", "s3"])
 def test_a_server_that_dies_mid_stream_and_comes_back(
     store, wt103, http_server, s3_valid, flaky_proxy, clean
 ):
     patient = Retry(attempts=10, first_wait_s=0.1, max_wait_s=0.5, timeout_s=2)  # waits 1.9-3.7 s
-    if store == "http":
-        proxy = flaky_proxy(http_server(wt103).url)
-        url, options = manifest_url(proxy.url, "valid"), {}
-    else:
-        proxy = flaky_proxy(s3_valid[0])
-        url = "s3://txl-flaky/wt103/valid/manifest.json"
-        options = {**s3_valid[1], "endpoint_url": proxy.url}
+    proxy, url, options = behind_a_proxy(store, wt103, http_server, s3_valid, flaky_proxy)
     got, seen = read_while_the_server_dies(proxy, url, True, storage_options=options, retry=patient)
     assert_same(got, clean)
     assert any(" bytes=" in r for r in proxy.requests()[seen:])  # the restarted server's reads
@@ -130,13 +134,7 @@ def test_a_server_that_dies_mid_stream_and_comes_back(
 def test_a_server_that_stays_dead_fails_within_the_budget(
     store, wt103, http_server, s3_valid, flaky_proxy
 ):
-    if store == "http":
-        proxy = flaky_proxy(http_server(wt103).url)
-        url, options = manifest_url(proxy.url, "valid"), {}
-    else:
-        proxy = flaky_proxy(s3_valid[0])
-        url = "s3://txl-flaky/wt103/valid/manifest.json"
-        options = {**s3_valid[1], "endpoint_url": proxy.url}
+    proxy, url, options = behind_a_proxy(store, wt103, http_server, s3_valid, flaky_proxy)
     start = time.monotonic()
     with pytest.raises(SourceUnreachableError) as err:
         read_while_the_server_dies(proxy, url, False, storage_options=options, retry=QUICK)
