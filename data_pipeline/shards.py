@@ -112,6 +112,9 @@ class Manifest:
     """Hash of the inputs and options that produced this split (for reuse on rerun)."""
     shards: list[ShardInfo]
     """Shards in corpus order."""
+    level: str = "word"
+    """``char`` or ``word``: what one token is (char-level losses read as bits per character);
+    manifests written before this field are word-level."""
 
     def to_json(self) -> str:
         """Serialized manifest."""
