@@ -128,8 +128,9 @@ SPECIALS = {
     "text": [EOS, UNK_WIKI],
 }
 DEFAULT_MIN_COUNT = {"wikitext": 0, "lm1b": 3, "enwik8": 0, "text8": 0, "ptb": 0, "text": 1}
-# Datasets whose vocabulary counts all three splits (reference data_utils.Corpus).
-VOCAB_FROM_ALL_SPLITS = ("enwik8", "text8", "ptb")
+# Datasets whose vocabulary counts all three splits (reference data_utils.Corpus; WikiText-103
+# counts train only).
+VOCAB_FROM_ALL_SPLITS = ("wikitext-2", "enwik8", "text8", "ptb")
 # Kinds whose split files are each one document.
 WHOLE_FILE_KINDS = ("text-file", "enwik8", "text8", "ptb")
 

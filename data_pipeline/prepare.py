@@ -5,7 +5,8 @@
     txl-prepare --verify DIR
 
 The vocabulary comes from ``--vocab`` or is built from the train split (from every split
-present when there is no train split, or for enwik8, text8 and ptb, as the reference does). Splits missing from the source (e.g. the shared
+present when there is no train split, or for wikitext-2, enwik8, text8 and ptb, as the
+reference does). Splits missing from the source (e.g. the shared
 WikiText-103 copy has no test file) are simply not prepared.
 
 Steps (units.py): the files of each split are cut into units of ``--unit-bytes``. Without

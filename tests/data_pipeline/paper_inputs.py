@@ -27,7 +27,8 @@ def text8_bytes(shared: Path) -> bytes:
 
 
 def ptb_files(shared: Path) -> dict[str, bytes]:
-    """PTB-shaped split files: WikiText-2 lines (valid.txt as train, test.txt cut in two)."""
+    """PTB-shaped split files (also a WikiText-2 layout with a train split): WikiText-2 lines,
+    valid.txt as train and test.txt cut in two."""
     test = (shared / "wikitext-2" / "test.txt").read_bytes().splitlines(keepends=True)
     return {
         "train": (shared / "wikitext-2" / "valid.txt").read_bytes(),

@@ -48,6 +48,19 @@ REFERENCE = {
         "valid": (87104, ["<eos>", "=", "robert"], ["27", ".", "<eos>"], "602799570701773b"),
         "test": (158465, ["the", "scope", "of"], [".", "<eos>", "<eos>"], "029ed501b7ca1575"),
     },
+    # The same files as WikiText-2 (train.txt, valid.txt, test.txt): Corpus(dir, "wt2",
+    # special=["<eos>"], lower_case=False).
+    "wikitext-2": {
+        "vocab": (18328, ["<eos>", "<unk>", "the", ",", ".", "of", "and", "to"]),
+        "train": (
+            217646,
+            ["<eos>", "=", "Homarus"],
+            ["<eos>", "<eos>", "<eos>"],
+            "e163383e62f6a4d2",
+        ),
+        "valid": (87104, ["<eos>", "=", "Robert"], ["27", ".", "<eos>"], "6131ba7b963b3bbe"),
+        "test": (158465, ["The", "scope", "of"], [".", "<eos>", "<eos>"], "13e9689cf0e93833"),
+    },
 }
 TEST_CHARS = {"enwik8": pi.ENWIK8_TEST_CHARS, "text8": pi.TEXT8_TEST_CHARS, "ptb": 0}
 SMALL = {"sample_size": 1 << 20, "shard_size": 1 << 20, "progress": False}
@@ -62,9 +75,10 @@ def assert_reference(root, dataset: str) -> None:
         tokens, lengths = decoded_split(root, split)
         digest = hashlib.sha256(" ".join(tokens).encode()).hexdigest()[:16]
         assert (len(tokens), tokens[:3], tokens[-3:], digest) == expected[split], split
-        assert [n for sample in lengths for n in sample.tolist()] == [len(tokens)]  # one document
         manifest = json.loads((root / split / "manifest.json").read_text())
-        assert manifest["level"] == ("word" if dataset == "ptb" else "char")
+        assert manifest["level"] == ("char" if dataset in ("enwik8", "text8") else "word")
+        if dataset != "wikitext-2":  # one document per split: the reference's single stream
+            assert [n for sample in lengths for n in sample.tolist()] == [len(tokens)]
 
 
 def official_archive(tmp_path, shared_data, dataset: str):
@@ -122,6 +136,15 @@ def test_ptb_from_its_files_in_a_directory_is_token_exact(tmp_path, shared_data)
         (src / f"ptb.char.{split}.txt").write_bytes(b"a _ b\n")
     prepare("ptb", str(tmp_path / "out"), str(src), cache_dir=str(tmp_path / "c"), **SMALL)
     assert_reference(tmp_path / "out", "ptb")
+
+
+def test_wikitext2_vocabulary_counts_all_three_splits_as_the_reference(tmp_path, shared_data):
+    src = tmp_path / "wt2"
+    src.mkdir()
+    for split, data in pi.ptb_files(shared_data).items():
+        (src / f"{split}.txt").write_bytes(data)
+    prepare("wikitext-2", str(tmp_path / "out"), str(src), cache_dir=str(tmp_path / "c"), **SMALL)
+    assert_reference(tmp_path / "out", "wikitext-2")
 
 
 def test_an_official_download_of_the_wrong_size_is_a_one_line_error(
