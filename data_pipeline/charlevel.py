@@ -21,12 +21,14 @@ Here the splits are cut once into a cache directory as the raw bytes (the refere
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -67,33 +69,26 @@ def cut_splits(local: Path, digest: str, cache: Path, dataset: str, test_chars: 
     return target
 
 
-class corpus_file:
-    """``with corpus_file(path, dataset) as (stream, size)``: the corpus in a plain file or as
-    the member named ``dataset`` of a zip (the official ``enwik8.zip`` and ``text8.zip``)."""
-
-    def __init__(self, local: Path, dataset: str):
-        self.local, self.dataset, self.zip = local, dataset, None
-
-    def __enter__(self):
-        if not zipfile.is_zipfile(self.local):
-            self.stream = self.local.open("rb")
-            return self.stream, self.local.stat().st_size
-        self.zip = zipfile.ZipFile(self.local)
-        try:
-            member = self.zip.getinfo(self.dataset)
-        except KeyError:
-            self.zip.close()
+@contextlib.contextmanager
+def corpus_file(local: Path, dataset: str) -> Iterator[tuple[BinaryIO, int]]:
+    """(stream, size) of the corpus: a plain file, or the member named ``dataset`` of a zip (the
+    official ``enwik8.zip`` and ``text8.zip``)."""
+    if local.name.endswith((".tar", ".tar.gz", ".tgz")):
+        raise CorpusFormatError(
+            f"{local}: {dataset} comes as {dataset}.zip or the unpacked {dataset} file, not a tar"
+        )
+    if not zipfile.is_zipfile(local):
+        with local.open("rb") as stream:
+            yield stream, local.stat().st_size
+        return
+    with zipfile.ZipFile(local) as zf:
+        if dataset not in zf.namelist():
             raise CorpusFormatError(
-                f"{self.local}: no member named {self.dataset!r} "
-                f"(it has {self.zip.namelist()[:5]}); give the official {self.dataset}.zip"
-            ) from None
-        self.stream = self.zip.open(member)
-        return self.stream, member.file_size
-
-    def __exit__(self, *exc) -> None:
-        self.stream.close()
-        if self.zip is not None:
-            self.zip.close()
+                f"{local}: no member named {dataset!r} (it has {zf.namelist()[:5]}); "
+                f"give the official {dataset}.zip"
+            )
+        with zf.open(dataset) as stream:
+            yield stream, zf.getinfo(dataset).file_size
 
 
 def copy_bytes(src, path: Path, length: int) -> None:

@@ -126,6 +126,7 @@ def test_the_unpacked_file_as_source_gives_the_same_tokens(dataset, tmp_path, sh
     )  # fmt: skip
     assert code == 0
     assert_reference(out, dataset)
+    assert main(["--verify", str(out)]) == 0
 
 
 def test_ptb_from_its_files_in_a_directory_is_token_exact(tmp_path, shared_data):
@@ -162,6 +163,13 @@ def test_a_corpus_shorter_than_valid_and_test_is_a_one_line_error(tmp_path, shar
     archive = official_archive(tmp_path, shared_data, "enwik8")
     with pytest.raises(CorpusFormatError, match=r"enwik8\.zip: 1290547 bytes, but valid and test"):
         prepare("enwik8", str(tmp_path / "out"), str(archive), test_chars=700_000,
+                cache_dir=str(tmp_path / "c"), **SMALL)  # fmt: skip
+
+
+def test_a_zip_without_the_corpus_member_is_a_one_line_error(tmp_path):
+    archive = pi.write_zip(tmp_path / "enwik8.zip", "enwik9", b"x" * 100)
+    with pytest.raises(CorpusFormatError, match=r"enwik8\.zip: no member named 'enwik8'"):
+        prepare("enwik8", str(tmp_path / "out"), str(archive), test_chars=10,
                 cache_dir=str(tmp_path / "c"), **SMALL)  # fmt: skip
 
 
