@@ -208,6 +208,11 @@ def resolve_source(
             "official archive)"
         ) from None
     if by_position:
+        if not local.is_file():
+            raise CorpusFormatError(
+                f"{source} is not a file; {dataset} comes as {dataset}.zip or the unpacked "
+                f"{dataset} file"
+            )
         cut = charlevel.cut_splits(local, file_digest(local), Path(cache_dir), dataset, test_chars)
         return str(cut)
     return str(extract(local, Path(cache_dir), dataset))

@@ -173,6 +173,13 @@ def test_a_zip_without_the_corpus_member_is_a_one_line_error(tmp_path):
                 cache_dir=str(tmp_path / "c"), **SMALL)  # fmt: skip
 
 
+def test_a_directory_as_enwik8_source_is_a_one_line_error(tmp_path):
+    (tmp_path / "src").mkdir()
+    with pytest.raises(CorpusFormatError, match=r"src is not a file; enwik8 comes as enwik8\.zip"):
+        prepare("enwik8", str(tmp_path / "out"), str(tmp_path / "src"),
+                cache_dir=str(tmp_path / "c"), **SMALL)  # fmt: skip
+
+
 def test_text8_with_a_character_text8_lacks_names_file_and_byte(tmp_path):
     src = tmp_path / "text8"
     src.write_bytes(b" anarchism originated as a term" * 10 + b" Of abuse" + b" a" * 20)
