@@ -10,7 +10,7 @@ import zipfile
 import pytest
 
 from data_pipeline import corpora
-from data_pipeline.errors import ChecksumError, CorpusFormatError
+from data_pipeline.errors import ChecksumError, CorpusFormatError, ManifestError
 from data_pipeline.prepare import main, prepare
 from data_pipeline.shards import FORMAT_VERSION, Manifest
 from data_pipeline.vocab import Vocab
@@ -188,8 +188,10 @@ def test_text8_with_a_character_text8_lacks_names_file_and_byte(tmp_path):
                 cache_dir=str(tmp_path / "c"), **SMALL)  # fmt: skip
 
 
-def test_a_manifest_written_before_levels_reads_as_word_level():
+def test_a_manifest_level_defaults_to_word_and_is_checked():
     raw = {"format_version": FORMAT_VERSION, "dataset": "wikitext-103", "split": "valid",
            "vocab_size": 3, "vocab_sha256": "x", "tokens": 0, "documents": 0, "oov_tokens": 0,
            "fingerprint": "f", "shards": []}  # fmt: skip
     assert Manifest.from_json(json.dumps(raw), "m.json").level == "word"
+    with pytest.raises(ManifestError, match=r"m\.json: level 'byte' is not one of char, word"):
+        Manifest.from_json(json.dumps({**raw, "level": "byte"}), "m.json")
