@@ -17,6 +17,11 @@ Split files by dataset:
 * lm1b: training files ``news.en-NNNNN-of-00100``; held-out ``news.en.heldout-00000-of-00050*``
   is both ``valid`` and ``test``, as in the reference ``getdata.sh``. Each line is a sentence and
   a document, encoded ``<S> w1 ... wn <S>`` (reference ``add_double_eos``).
+* enwik8, text8: the official zip or the unpacked file, cut by position into the three splits
+  and tokenized per byte or character as the reference does (charlevel.py).
+* ptb: ``ptb.{train,valid,test}.txt`` (official names, in ``simple-examples.tgz``) or
+  ``{train,valid,test}.txt``; each file one document, lines lower-cased, split on whitespace,
+  ``<eos>`` per line (reference ``Corpus`` with ``lower_case=True``).
 * text: UTF-8 files under ``train/``, ``valid/``, ``test/`` subdirectories, else files whose name
   contains the split name, else every file is ``train``. Lines are tokenized as WikiText; a
   document is a whole file (``text_docs="file"``) or a block between blank lines
@@ -44,6 +49,7 @@ import fsspec
 import numpy as np
 from tqdm import tqdm
 
+from data_pipeline import charlevel
 from data_pipeline.errors import ChecksumError, CorpusFormatError, SourceUnreachableError, reading
 from data_pipeline.redact import redact_text
 from data_pipeline.vocab import EOS, SENTENCE, UNK_LM1B, UNK_WIKI
@@ -51,7 +57,7 @@ from data_pipeline.wordids import has_exotic_space, split_ids
 
 log = logging.getLogger(__name__)
 
-DATASETS = ("wikitext-103", "wikitext-2", "lm1b", "text")
+DATASETS = ("wikitext-103", "wikitext-2", "lm1b", "enwik8", "text8", "ptb", "text")
 SPLITS = ("train", "valid", "test")
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 # A character that never occurs in text corpora; it stands for a line end while splitting.
@@ -72,14 +78,16 @@ LM1B_HELDOUT = re.compile(r"news\.en\.heldout-00000-of-00050")
 
 @dataclass(frozen=True)
 class Download:
-    """An official archive and its published checksum."""
+    """An official archive and its published checksum (or, where none is published, size)."""
 
     url: str
     """Where the archive is published."""
-    algorithm: str
-    """hashlib name of the published checksum (md5 or sha256)."""
-    digest: str
+    algorithm: str | None
+    """hashlib name of the published checksum (md5 or sha256); None where none is published."""
+    digest: str | None
     """The published checksum, hex."""
+    size: int | None = None
+    """Size in bytes of the archive."""
 
 
 OFFICIAL_SOURCES = {
@@ -100,10 +108,36 @@ OFFICIAL_SOURCES = {
         "sha256",
         "01ba60381110baf7f189dfd2b8374de371e8c9a340835793f190bdae9e90a34e",
     ),
+    # No checksum is published for these three; their sizes are the ones every downloader
+    # checks: enwik8.zip 36,445,475 (HF LTCB/enwik8 dataset card, download_size), text8.zip
+    # 31,344,016 (TensorFlow's word2vec tutorial, maybe_download), simple-examples.tgz
+    # 34,869,662 (TensorFlow's PTB tutorial data scripts, archive_size).
+    "enwik8": Download("http://mattmahoney.net/dc/enwik8.zip", None, None, 36_445_475),
+    "text8": Download("http://mattmahoney.net/dc/text8.zip", None, None, 31_344_016),
+    "ptb": Download(
+        "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz", None, None, 34_869_662
+    ),
 }
 
-SPECIALS = {"wikitext": [EOS], "lm1b": [SENTENCE, UNK_LM1B], "text": [EOS, UNK_WIKI]}
-DEFAULT_MIN_COUNT = {"wikitext": 0, "lm1b": 3, "text": 1}
+SPECIALS = {
+    "wikitext": [EOS],
+    "lm1b": [SENTENCE, UNK_LM1B],
+    "enwik8": [],
+    "text8": [],
+    "ptb": [EOS],
+    "text": [EOS, UNK_WIKI],
+}
+DEFAULT_MIN_COUNT = {"wikitext": 0, "lm1b": 3, "enwik8": 0, "text8": 0, "ptb": 0, "text": 1}
+# Datasets whose vocabulary counts all three splits (reference data_utils.Corpus; WikiText-103
+# counts train only).
+VOCAB_FROM_ALL_SPLITS = ("wikitext-2", "enwik8", "text8", "ptb")
+# Kinds whose split files are each one document.
+WHOLE_FILE_KINDS = ("text-file", "enwik8", "text8", "ptb")
+
+
+def level(dataset: str) -> str:
+    """``char`` for the character-level datasets (their loss reads as bpc), else ``word``."""
+    return "char" if dataset in charlevel.TOKENIZERS else "word"
 
 
 def family(dataset: str) -> str:
@@ -149,19 +183,23 @@ def resolve_source(
     cache_dir: str,
     checksum: str | None = None,
     storage_options: dict | None = None,
+    test_chars: int = charlevel.DEFAULT_TEST_CHARS,
 ) -> str:
-    """A directory or file URL holding the corpus, downloading and extracting archives."""
+    """A directory or file URL holding the corpus, downloading and extracting archives (and
+    cutting enwik8 / text8 into splits of ``test_chars``)."""
     expected = parse_checksum(checksum) if checksum else None
-    official = source is None
+    official, size = source is None, None
     if official:
         if dataset not in OFFICIAL_SOURCES:
             raise ValueError(f"--source is required for dataset {dataset!r}")
         known = OFFICIAL_SOURCES[dataset]
-        source, expected = known.url, expected or (known.algorithm, known.digest)
-    if not source.endswith(ARCHIVE_SUFFIXES):
+        source, size = known.url, known.size
+        expected = expected or (known.digest and (known.algorithm, known.digest))
+    by_position = dataset in charlevel.TOKENIZERS
+    if not (by_position or source.endswith(ARCHIVE_SUFFIXES)):
         return source
     try:
-        archive = fetch(source, Path(cache_dir), expected, storage_options or {})
+        local = fetch(source, Path(cache_dir), expected, storage_options or {}, size)
     except SourceUnreachableError as err:
         if not official:
             raise
@@ -169,11 +207,25 @@ def resolve_source(
             f"{err}; offline, pass --source with a local copy of the corpus (a directory or the "
             "official archive)"
         ) from None
-    return str(extract(archive, Path(cache_dir), dataset))
+    if by_position:
+        if not local.is_file():
+            raise CorpusFormatError(
+                f"{source} is not a file; {dataset} comes as {dataset}.zip or the unpacked "
+                f"{dataset} file"
+            )
+        cut = charlevel.cut_splits(local, file_digest(local), Path(cache_dir), dataset, test_chars)
+        return str(cut)
+    return str(extract(local, Path(cache_dir), dataset))
 
 
-def fetch(url: str, cache: Path, expected: tuple[str, str] | None, storage_options: dict) -> Path:
-    """A local copy of ``url`` whose checksum was checked; reused when already cached.
+def fetch(
+    url: str,
+    cache: Path,
+    expected: tuple[str, str] | None,
+    storage_options: dict,
+    size: int | None = None,
+) -> Path:
+    """A local copy of ``url`` whose checksum (or size) was checked; reused when cached.
 
     The cache entry is named by a digest of the full URL and the remote size, so two
     ``corpus.zip`` from two places never share one.
@@ -185,6 +237,11 @@ def fetch(url: str, cache: Path, expected: tuple[str, str] | None, storage_optio
         local = cache / f"{_url_key(fs, path, url)}-{posixpath.basename(path)}"
         if not local.exists():
             download(fs, path, local, url)
+    if size is not None and local.stat().st_size != size:
+        raise ChecksumError(
+            f"{url}: {local.stat().st_size} bytes, the official file has {size}; the download "
+            f"is cut or not the official file. Delete {local} and retry"
+        )
     if expected:
         check_file_digest(local, *expected, url)
     return local
@@ -355,7 +412,11 @@ def splits_in(kind: str, paths: list[str], root: str) -> dict[str, list[str]]:
     """
     paths = [p for p in paths if not posixpath.basename(p).startswith(".")]
     if kind == "wikitext":
-        return wikitext_files(paths)
+        return named_files(paths, ("wiki.{}.tokens", "{}.txt"))
+    if kind == "ptb":
+        return named_files(paths, ("ptb.{}.txt", "{}.txt"))
+    if kind in charlevel.TOKENIZERS:
+        return named_files(paths, ("{}.txt",))
     if kind == "lm1b":
         return lm1b_files(paths)
     return text_files(paths, root)
@@ -369,11 +430,11 @@ def splits_named_in(name: str, kind: str) -> list[str]:
     return named[:1] or ["train"]
 
 
-def wikitext_files(paths: list[str]) -> dict[str, list[str]]:
-    """Official ``wiki.SPLIT.tokens`` names first, else ``SPLIT.txt``."""
+def named_files(paths: list[str], patterns: tuple[str, ...]) -> dict[str, list[str]]:
+    """Per split the first file named by the first pattern that names one (official first)."""
     found = {}
     for split in SPLITS:
-        for name in (f"wiki.{split}.tokens", f"{split}.txt"):
+        for name in (p.format(split) for p in patterns):
             hits = [p for p in paths if posixpath.basename(p) == name]
             if hits:
                 found[split] = hits[:1]
@@ -456,7 +517,7 @@ def read_range(fs, path: str, start: int, stop: int, url: str) -> bytes:
 
 def boundary_at_or_after(fs, path: str, url: str, kind: str, pos: int, end: int) -> int:
     """First document boundary at or after byte ``pos`` of a file (``end`` if none)."""
-    if kind == "text-file":
+    if kind in WHOLE_FILE_KINDS:
         return 0 if pos <= 0 else end
     if pos <= 0 or pos >= end:
         return min(max(pos, 0), end)
@@ -549,11 +610,17 @@ def encode_text_file(data: bytes) -> EncodedChunk:
     return encode_lines(data, [])
 
 
+def encode_ptb(data: bytes) -> EncodedChunk:
+    """A whole PTB file as one document of lower-cased lines + ``<eos>``."""
+    return encode_lines(data.lower() if data.isascii() else data.decode().lower().encode(), [])
+
+
 ENCODERS: dict[str, Callable[[bytes], EncodedChunk]] = {
     "wikitext": encode_wikitext,
     "lm1b": encode_lm1b,
     "text-block": encode_text_blocks,
     "text-file": encode_text_file,
+    "ptb": encode_ptb,
 }
 
 
@@ -565,6 +632,10 @@ def encode_range(
     first = boundary_at_or_after(fs, path, url, kind, start, end)
     last = boundary_at_or_after(fs, path, url, kind, stop, end)
     data = read_range(fs, path, first, last, url) if last > first else b""
+    if kind in charlevel.TOKENIZERS:  # bytes, not lines of text
+        words, ids = charlevel.TOKENIZERS[kind](data, url) if data else ([], np.zeros(0, np.int32))
+        lengths = np.asarray([len(ids)] if len(ids) else [], np.int64)
+        return EncodedChunk(words, ids, lengths, stop - start)
     if MARK in data:
         raise CorpusFormatError(f"{url}: bytes {first}-{last} hold a NUL character: not text")
     try:

@@ -5,7 +5,8 @@
     txl-prepare --verify DIR
 
 The vocabulary comes from ``--vocab`` or is built from the train split (from every split
-present when there is no train split). Splits missing from the source (e.g. the shared
+present when there is no train split, or for wikitext-2, enwik8, text8 and ptb, as the
+reference does). Splits missing from the source (e.g. the shared
 WikiText-103 copy has no test file) are simply not prepared.
 
 Steps (units.py): the files of each split are cut into units of ``--unit-bytes``. Without
@@ -53,6 +54,7 @@ import numpy as np
 from tqdm import tqdm
 
 from data_pipeline import corpora
+from data_pipeline.charlevel import DEFAULT_TEST_CHARS
 from data_pipeline.errors import CorpusFormatError, DataError, ManifestError
 from data_pipeline.pieces import count_piece, encode_piece, run_pieces
 from data_pipeline.redact import redact_text
@@ -99,6 +101,7 @@ def prepare(
     piece_bytes: int = PIECE_BYTES,
     min_count: int | None = None,
     text_docs: str = "block",
+    test_chars: int = DEFAULT_TEST_CHARS,
     source_checksum: str | None = None,
     cache_dir: str = DEFAULT_CACHE,
     out_options: dict | None = None,
@@ -117,7 +120,7 @@ def prepare(
     job = Job(
         dataset, out, source, vocab, min_count, text_docs, source_checksum, cache_dir,
         out_options or {}, source_options or {},
-        Options(shard_size, sample_size, unit_bytes, workers, piece_bytes, progress),
+        Options(shard_size, sample_size, unit_bytes, workers, piece_bytes, progress), test_chars,
     )  # fmt: skip
     job.run_part(0, 1)
     manifests = job.merge()
@@ -158,7 +161,7 @@ class Job:
 
     def __init__(
         self, dataset, out, source, vocab, min_count, text_docs, source_checksum, cache_dir,
-        out_options, source_options, options,
+        out_options, source_options, options, test_chars=DEFAULT_TEST_CHARS,
     ):  # fmt: skip
         self.dataset, self.out, self.opt = dataset, out.rstrip("/"), options
         self.kind = corpora.chunk_kind(dataset, text_docs)
@@ -166,7 +169,9 @@ class Job:
         self.specials = corpora.SPECIALS[family]
         self.min_count = corpora.DEFAULT_MIN_COUNT[family] if min_count is None else min_count
         self.vocab_file, self.out_options, self.source_options = vocab, out_options, source_options
-        root = corpora.resolve_source(dataset, source, cache_dir, source_checksum, source_options)
+        root = corpora.resolve_source(
+            dataset, source, cache_dir, source_checksum, source_options, test_chars
+        )
         self.source = source or root
         self.files = corpora.split_files(dataset, root, source_options)
         self.fs, self.out_path = fsspec.core.url_to_fs(self.out, **out_options)
@@ -175,7 +180,8 @@ class Job:
         identity = file_identity(vocab, source_options) if vocab else None
         spec = {"min_count": self.min_count, "vocab": identity, "unit_bytes": options.unit_bytes}
         self.fingerprints = {s: self.fingerprint(s, spec) for s in self.files}
-        self.vocab_splits = ["train"] if "train" in self.files else list(self.files)
+        train_only = "train" in self.files and dataset not in corpora.VOCAB_FROM_ALL_SPLITS
+        self.vocab_splits = ["train"] if train_only else list(self.files)
         self.vocab_fingerprint = digest([self.fingerprints[s] for s in self.vocab_splits])
         self.units = [
             u
@@ -349,6 +355,7 @@ class Job:
             oov_tokens=sum(r["oov_tokens"] for r in records.values()),
             fingerprint=self.fingerprints[split],
             shards=shards,
+            level=corpora.level(self.dataset),
         )
         if manifest.tokens == 0:
             self.no_text(split, "only blank lines")
@@ -496,6 +503,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--min-count", type=int, help="vocabulary min count (default per dataset)")
     p.add_argument("--text-docs", choices=("block", "file"), default="block")
+    p.add_argument(
+        "--test-chars", type=int, default=DEFAULT_TEST_CHARS,
+        help="enwik8/text8: bytes of test and of valid (the reference's 5,000,000)",
+    )  # fmt: skip
     p.add_argument("--source-checksum", help="ALGO:HEX of a --source archive")
     p.add_argument("--cache-dir", default=DEFAULT_CACHE, help="where archives are downloaded")
     p.add_argument("--out-option", action="append", default=[], metavar="KEY=VALUE")
@@ -534,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         manifests = prepare(
             args.dataset, args.out, args.source, vocab=args.vocab, shard_size=args.shard_size,
             sample_size=args.sample_size, unit_bytes=args.unit_bytes, workers=args.workers,
-            min_count=args.min_count, text_docs=args.text_docs,
+            min_count=args.min_count, text_docs=args.text_docs, test_chars=args.test_chars,
             source_checksum=args.source_checksum, cache_dir=args.cache_dir,
             out_options=out_options, source_options=source_options,
             progress=not args.no_progress,
@@ -554,7 +565,7 @@ def run_step(
         args.dataset, args.out, args.source, args.vocab, args.min_count, args.text_docs,
         args.source_checksum, args.cache_dir, out_options, source_options,
         Options(args.shard_size, args.sample_size, args.unit_bytes, args.workers,
-                PIECE_BYTES, not args.no_progress),
+                PIECE_BYTES, not args.no_progress), args.test_chars,
     )  # fmt: skip
     if part:
         print(f"part {part[0] + 1}/{part[1]}: {job.run_part(*part)}")

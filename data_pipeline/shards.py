@@ -112,6 +112,9 @@ class Manifest:
     """Hash of the inputs and options that produced this split (for reuse on rerun)."""
     shards: list[ShardInfo]
     """Shards in corpus order."""
+    level: str = "word"
+    """``char`` or ``word``: what one token is (char-level losses read as bits per character);
+    manifests written before this field are word-level."""
 
     def to_json(self) -> str:
         """Serialized manifest."""
@@ -136,6 +139,7 @@ class Manifest:
             raise ManifestError(f"{url} is not a valid manifest: {err}") from err
 
 
+LEVELS = ("char", "word")
 # A shard is a file beside its manifest: no scheme, no directory, no way up.
 PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
@@ -146,6 +150,8 @@ def check_manifest(manifest: Manifest, url: str) -> None:
     A manifest may come from a server someone else runs: everything a reader later indexes or
     allocates by is checked here, once, vectorised.
     """
+    if manifest.level not in LEVELS:
+        raise ManifestError(f"{url}: level {manifest.level!r} is not one of {', '.join(LEVELS)}")
     if manifest.vocab_size < 1 or manifest.tokens < 0 or manifest.documents < 0:
         raise ManifestError(f"{url}: vocab_size, tokens and documents must be positive counts")
     for k, shard in enumerate(manifest.shards):
