@@ -118,6 +118,8 @@ class TrainConfig:
     """Peak dense TFLOP/s of one device for MFU; null means known GPUs' bf16 peak."""
     activation_checkpointing: bool = False
     """Recompute each layer's activations in backward to save memory."""
+    compile: bool = False
+    """torch.compile each decoder layer (faster steps after a one-off compile; not with ZeRO-3)."""
     max_wallclock: float | None = None
     """Seconds after the process started at which the run checkpoints and stops by itself."""
     dist_timeout_s: float = 600.0
@@ -181,6 +183,14 @@ class RunConfig:
     """Optimizer and learning-rate schedule."""
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
     """Console, metrics.jsonl and wandb."""
+
+    def __post_init__(self) -> None:
+        if self.train.compile and self.zero_stage == 3:
+            raise ValueError(
+                "train.compile does not work with ZeRO stage 3 (its parameter gathers run in "
+                "hooks that torch.compile cannot trace); set train.compile=false or use "
+                "deepspeed.zero_optimization.stage 0-2"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

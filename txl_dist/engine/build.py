@@ -41,6 +41,8 @@ def build_trainer(
     model = build_model(config, ds_config)
     if config.train.activation_checkpointing:
         _checkpoint_layers(model)
+    if config.train.compile:
+        _compile_layers(model)
     optimizer = build_optimizer(model, config)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_multiplier(config.optim, config.train.max_steps)
@@ -208,7 +210,9 @@ class SplitEvaluator:
         lengths = (eval_cfg.tgt_len, eval_cfg.mem_len, eval_cfg.clamp_len, eval_cfg.same_length)
         self.engine.eval()
         try:
-            with self.engine.module.lengths(*lengths):
+            # Eager even under train.compile: evaluation's many memory lengths (growing by
+            # eval_tgt_len up to eval_mem_len) would each compile a graph for one pass.
+            with self.engine.module.lengths(*lengths), torch.compiler.set_stance("force_eager"):
                 return evaluate(self.engine, streams, self.device, progress=self.world.is_main)
         finally:
             streams.close()
@@ -244,3 +248,15 @@ def _checkpoint_layers(model: TransformerXL) -> None:
     for layer in model.layers:
         forward = layer.forward
         layer.forward = lambda *args, _f=forward: recompute(_f, *args, use_reentrant=False)
+
+
+def _compile_layers(model: TransformerXL) -> None:
+    """torch.compile each decoder layer in place, so state-dict names (checkpoints) are unchanged.
+
+    Per layer, not the whole model: the adaptive softmax's per-cluster gathers have data-dependent
+    shapes that would break the graph every step. The layers share one code object, so all of
+    them reuse the same few graphs: one per memory length a run sees (0 on a row's first segment,
+    then mem_len; evaluation adds its own lengths and rows), each compiled once.
+    """
+    for layer in model.layers:
+        layer.compile(dynamic=False)

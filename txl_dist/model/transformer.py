@@ -227,7 +227,9 @@ class TransformerXL(nn.Module):
         for mem, h in zip(mems, layer_inputs):
             context = torch.cat([mem.to(h.dtype), h], dim=1)  # [B, M+Q, d_model]
             start = max(0, context.size(1) - self.config.mem_len)
-            new_mems.append(context[:, start:].detach())
+            # A copy, not a view into context: every memory has the same strides (a compiled
+            # layer sees one memory layout) and the dropped states are freed.
+            new_mems.append(context[:, start:].contiguous())
         return new_mems
 
     # ---- plain-PyTorch checkpoints: config.json + model.safetensors (or pytorch_model.bin) ----
