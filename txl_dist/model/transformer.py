@@ -229,7 +229,7 @@ class TransformerXL(nn.Module):
             start = max(0, context.size(1) - self.config.mem_len)
             # A copy, not a view into context: every memory has the same strides (a compiled
             # layer sees one memory layout) and the dropped states are freed.
-            new_mems.append(context[:, start:].contiguous())
+            new_mems.append(context[:, start:].detach().contiguous())
         return new_mems
 
     # ---- plain-PyTorch checkpoints: config.json + model.safetensors (or pytorch_model.bin) ----
