@@ -43,6 +43,9 @@ def test_ctrl_c_during_a_test_ends_the_launcher_and_its_ranks(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # As in a terminal: a suite started in the background (`... &` in a script) inherits
+        # SIGINT ignored, and Python then installs no KeyboardInterrupt handler at all.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 60
