@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import shutil
-import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +30,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from data_pipeline.cache import built_once
 from data_pipeline.errors import CorpusFormatError
 
 DEFAULT_TEST_CHARS = 5_000_000
@@ -44,13 +43,8 @@ BLOCK = 1 << 22
 def cut_splits(local: Path, digest: str, cache: Path, dataset: str, test_chars: int) -> Path:
     """A cache directory with ``{train,valid,test}.txt`` cut from the corpus file (``local``:
     the file itself or the official zip holding it), made once per corpus and ``test_chars``."""
-    target = cache / f"{digest[:16]}-{dataset}-{test_chars}.d"
-    done = target / ".done"
-    if done.exists() and done.read_text().strip() == digest:
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=cache))
-    try:
+
+    def cut(tmp: Path) -> None:
         with corpus_file(local, dataset) as (src, size):
             if size <= 2 * test_chars:
                 raise CorpusFormatError(
@@ -60,13 +54,8 @@ def cut_splits(local: Path, digest: str, cache: Path, dataset: str, test_chars: 
             bounds = {"train": size - 2 * test_chars, "valid": test_chars, "test": test_chars}
             for split, length in bounds.items():
                 copy_bytes(src, tmp / f"{split}.txt", length)
-        (tmp / ".done").write_text(digest)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+
+    return built_once(cache / f"{digest[:16]}-{dataset}-{test_chars}.d", digest, cut)
 
 
 @contextlib.contextmanager

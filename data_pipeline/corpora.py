@@ -37,9 +37,7 @@ import logging
 import os
 import posixpath
 import re
-import shutil
 import tarfile
-import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +48,7 @@ import numpy as np
 from tqdm import tqdm
 
 from data_pipeline import charlevel
+from data_pipeline.cache import built_once
 from data_pipeline.errors import ChecksumError, CorpusFormatError, SourceUnreachableError, reading
 from data_pipeline.redact import redact_text
 from data_pipeline.vocab import EOS, SENTENCE, UNK_LM1B, UNK_WIKI
@@ -311,21 +310,11 @@ def extract(archive: Path, cache: Path, dataset: str, limits: ArchiveLimits | No
     """
     kind = family(dataset)
     digest = file_digest(archive)
-    target = cache / f"{digest[:16]}-{kind}-{archive.name}.d"
-    done = target / ".done"
-    if done.exists() and done.read_text().strip() == digest:
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=cache))
-    try:
-        _extract_checked(archive, tmp, kind, limits or ArchiveLimits())
-        (tmp / ".done").write_text(digest)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return built_once(
+        cache / f"{digest[:16]}-{kind}-{archive.name}.d",
+        digest,
+        lambda tmp: _extract_checked(archive, tmp, kind, limits or ArchiveLimits()),
+    )
 
 
 def _extract_checked(archive: Path, out: Path, kind: str, limits: ArchiveLimits) -> None:
