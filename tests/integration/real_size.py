@@ -1,10 +1,10 @@
 """Small real-text datasets whose vocabulary has a shipped config's full size.
 
-The shared corpora have far fewer word types than WikiText-103 (267,735). To train a config as
-shipped, the vocabulary is padded to its `n_token` with unused tokens. Frequent words fill the
-head cluster and a few rare words sit in every tail cluster, so, as on real data, most targets
-are head tokens, the tail code runs at its real size, and which clusters a micro-batch touches
-differs from rank to rank.
+The shared corpora have far fewer word types than WikiText-103 (267,735) or One Billion Word
+(793,471). To train a config as shipped, the vocabulary is padded to its `n_token` with unused
+tokens. Frequent words fill the head cluster and a few rare words sit in every tail cluster, so,
+as on real data, most targets are head tokens, the tail code runs at its real size, and which
+clusters a micro-batch touches differs from rank to rank.
 """
 
 from __future__ import annotations
@@ -64,6 +64,22 @@ def wikitext_real_size(shared_data: Path, out: Path, n_token: int, cutoffs: list
     words = [w for line in train + valid for w in line.split()]
     vocab = spread_vocabulary(words, ["<eos>"], n_token, cutoffs)
     return _prepare("wikitext-103", source, out, vocab)
+
+
+def lm1b_real_size(shared_data: Path, out: Path, n_token: int, cutoffs: list[int]) -> Path:
+    """One Billion Word held-out sentences as train and valid, vocabulary padded to `n_token`."""
+    source = out / "source"
+    source.mkdir(parents=True)
+    lines = take_lines(
+        shared_data / "one-billion-word" / "news.en.heldout-00000-of-00050.part1",
+        TRAIN_WORDS + VALID_WORDS,
+    )
+    cut = len(lines) * TRAIN_WORDS // (TRAIN_WORDS + VALID_WORDS)
+    (source / "news.en-00001-of-00100").write_text("".join(lines[:cut]))
+    (source / "news.en.heldout-00000-of-00050").write_text("".join(lines[cut:]))
+    words = [w for line in lines for w in line.split()]
+    vocab = spread_vocabulary(words, ["<S>", "<UNK>"], n_token, cutoffs)
+    return _prepare("lm1b", source, out, vocab)
 
 
 def _prepare(dataset: str, source: Path, out: Path, vocab: list[str]) -> Path:
