@@ -1,4 +1,4 @@
-"""txl-eval: perplexity of an exported model on a prepared split or a raw text file.
+"""txl-eval: perplexity (or bits per character) of an exported model on a split or a text file.
 
     txl-eval --model OUT_DIR --data DATA_ROOT_OR_MANIFEST_URL [--split test] [options]
     txl-eval --model OUT_DIR --text FILE [options]
@@ -12,6 +12,7 @@ paper's: eval_tgt_len, eval_mem_len, eval_clamp_len, eval_same_length) unless ov
 memory, so the perplexity depends on --batch-size; with the training run's eval rows and --dtype
 (see the export's README.md) it reproduces the engine's evaluation. A text file is tokenized as
 WikiText: whitespace-split lines, each followed by <eos>, unknown words as the unknown token.
+Character-level data (the manifest's level) is reported in bits per character (loss / ln 2).
 
 A sweep (--sweep-mem-len or --sweep-clamp-len) scores every length in one run, reading the
 data once, and reports each model's effective context and, for several --model, their RECL.
