@@ -14,6 +14,7 @@ import torch
 
 from data_pipeline.vocab import Vocab
 from txl_dist.model.transformer import VOCAB_FILE
+from txl_dist.scores import SCORE_OF_LEVEL
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -29,8 +30,8 @@ def export_level(model_dir: str) -> str:
         return "word"
     with open(path) as f:
         level = json.load(f).get("level")
-    if level not in ("char", "word"):
-        raise ValueError(f"{path}: level {level!r} is not char or word")
+    if level not in SCORE_OF_LEVEL:
+        raise ValueError(f"{path}: level {level!r} is not one of {', '.join(SCORE_OF_LEVEL)}")
     return level
 
 
