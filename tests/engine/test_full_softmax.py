@@ -24,6 +24,7 @@ SETTINGS = [
 ]
 
 
+@pytest.mark.slow  # four DeepSpeed engines on 2 ranks: 97 s on the loaded 2 cores
 def test_full_softmax_trains_alike_under_every_zero_stage(tmp_path):
     out_file = tmp_path / "losses.pt"
     worker = str(REPO_ROOT / "tests" / "engine" / "full_softmax_worker.py")
