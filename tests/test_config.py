@@ -9,7 +9,10 @@ from data_pipeline.prepare import main as prepare_main
 from tests.conftest import REPO_ROOT
 from txl_dist.config import ConfigError, apply_overrides, load_run_config, run_config_from_dict
 
-PRESETS = ["tiny", "wt103_base", "large", "lm1b_base", "lm1b_large"]
+PRESETS = [
+    "tiny", "wt103_base", "large", "lm1b_base", "lm1b_large", "enwik8_base", "enwik8_large",
+    "text8_large",
+]  # fmt: skip
 
 
 def preset(name: str) -> dict:

@@ -7,14 +7,32 @@ what else they need of an export here rather than importing each other.
 
 from __future__ import annotations
 
+import json
 import os
 
 import torch
 
 from data_pipeline.vocab import Vocab
 from txl_dist.model.transformer import VOCAB_FILE
+from txl_dist.scores import SCORE_OF_LEVEL
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+DATA_FILE = "data.json"
+"""What the model was trained on: {"dataset": name, "level": "char" or "word"}."""
+
+
+def export_level(model_dir: str) -> str:
+    """The level of the export's training data (data.json); word for an export without one
+    (written before char-level data, or by save_pretrained alone)."""
+    path = os.path.join(model_dir, DATA_FILE)
+    if not os.path.exists(path):
+        return "word"
+    with open(path) as f:
+        level = json.load(f).get("level")
+    if level not in SCORE_OF_LEVEL:
+        raise ValueError(f"{path}: level {level!r} is not one of {', '.join(SCORE_OF_LEVEL)}")
+    return level
 
 
 def export_vocab(model_dir: str) -> Vocab | None:

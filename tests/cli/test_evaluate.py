@@ -13,9 +13,11 @@ import pytest
 import torch
 
 from data_pipeline import load_manifest, manifest_url, prepare
+from data_pipeline.prepare import main as prepare_main
 from data_pipeline.streams import IGNORE_INDEX
 from data_pipeline.vocab import EOS, Vocab
-from txl_dist.cli.evaluate import TextBatches, main, text_ids
+from tests.data_pipeline.paper_inputs import write_zip
+from txl_dist.cli.evaluate import EvalReport, TextBatches, main, render, text_ids
 from txl_dist.context import SweepRow, effective_context, read_csv, recl
 from txl_dist.engine.dist import World
 from txl_dist.model import TransformerXL, TXLConfig
@@ -77,6 +79,36 @@ def test_raw_text_scores_like_its_prepared_split(capsys, corpus, model_dir, rows
     assert text["loss"] == data["loss"]
     assert text["settings"]["unknown_words"] > 0
     assert data["ppl"] == pytest.approx(torch.tensor(data["loss"]).exp().item())
+    assert data["level"] == text["level"] == "word" and data["bpc"] is None
+
+
+def test_char_level_data_is_scored_in_bits_per_character(capsys, tmp_path):
+    # A text8-shaped corpus (txl-prepare marks its manifests level "char") and a random
+    # full-softmax model over its 27 characters, exported with the level in data.json.
+    rng = random.Random(0)
+    text = " ".join("".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=5)) for _ in range(900))
+    archive = write_zip(tmp_path / "text8.zip", "text8", text.encode())
+    argv = ["--dataset", "text8", "--source", str(archive), "--out", str(tmp_path / "data")]
+    assert prepare_main([*argv, "--test-chars", "600", "--no-progress"]) == 0
+    capsys.readouterr()  # txl-prepare's summary
+    torch.manual_seed(0)
+    config = TXLConfig(
+        n_token=27, n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=8, mem_len=8
+    )
+    model_dir = tmp_path / "model"
+    TransformerXL(config).save_pretrained(model_dir)
+    shutil.copy(tmp_path / "data" / "vocab.txt", model_dir / "vocab.txt")
+    (model_dir / "data.json").write_text(json.dumps({"dataset": "text8", "level": "char"}))
+
+    data = ["--model", model_dir, "--data", tmp_path / "data", "--split", "valid"]
+    report = txl_eval(capsys, *data)
+    assert (report["level"], report["ppl"]) == ("char", None)
+    assert report["bpc"] == pytest.approx(report["loss"] / np.log(2))
+    table = render(EvalReport(**report), as_json=False)
+    assert f"bpc {report['bpc']:.4f}" in table and "ppl" not in table
+    (tmp_path / "words.txt").write_text("a few words\n")
+    assert main(["--model", str(model_dir), "--text", str(tmp_path / "words.txt")]) == 1
+    assert "character-level model" in capsys.readouterr().err
 
 
 def test_eval_lengths_come_from_the_config_and_can_be_overridden(capsys, corpus, model_dir):

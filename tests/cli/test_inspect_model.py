@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT
+from txl_dist.cli.inspect_model import inspect_config
 
 
 def inspect(config: str, world_size: int = 4) -> dict:
@@ -37,6 +38,26 @@ def test_parameter_count_matches_the_paper(config, millions):
     assert (
         report["embedding_parameters"] + report["non_embedding_parameters"] == report["parameters"]
     )
+
+
+# (parameters, embedding parameters) of the reference architecture: kimiyoung/transformer-xl's
+# pytorch/mem_transformer.py MemTransformerLM built on the meta device with each config's
+# arguments as its run_*.sh scripts pass them (n_token 204 for enwik8 and 27 for text8 as its
+# Corpus builds them, cutoffs [], div_val 1, tie_weight, d_embed = d_model, attn_type 0), and
+# counted with sum(p.numel() for p in model.parameters()) in a one-off script outside this
+# repository (the reference's utils/ on sys.path, torch.version.cuda set for its import); its
+# embedding figure is word_emb plus the output bias (the output weight is tied to word_emb).
+REFERENCE_PARAMETERS = {
+    "enwik8_base": (41_055_436, 104_652),
+    "enwik8_large": (277_231_820, 209_100),
+    "text8_large": (277_050_395, 27_675),
+}
+
+
+@pytest.mark.parametrize("config", sorted(REFERENCE_PARAMETERS))
+def test_char_level_configs_have_the_reference_architectures_parameter_count(config):
+    report = inspect_config(str(REPO_ROOT / f"configs/{config}.json"), world_size=8)  # meta
+    assert (report.parameters, report.embedding_parameters) == REFERENCE_PARAMETERS[config]
 
 
 def test_zero_memory_follows_the_zero_paper():

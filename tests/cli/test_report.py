@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from txl_dist.cli.report import main, plot_sweep, read_metrics, sweep_curves
+from txl_dist.cli.report import main, plot, plot_sweep, read_metrics, sweep_curves
 from txl_dist.context import SweepRow, write_csv
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -35,8 +35,8 @@ def test_reads_training_and_evaluation_series(tmp_path):
     metrics = read_metrics(str(tmp_path / "metrics.jsonl"))
     assert len(metrics.loss.points) == 40
     assert metrics.loss.points[10] == 1.0  # the later record of a step wins
-    assert sorted(metrics.ppl) == ["test", "valid"]
-    assert metrics.ppl["valid"].xy()[0] == [20, 40]
+    assert metrics.score == "ppl" and sorted(metrics.scores) == ["test", "valid"]
+    assert metrics.scores["valid"].xy()[0] == [20, 40]
 
 
 def test_writes_a_png_of_the_run(tmp_path, capsys):
@@ -47,6 +47,20 @@ def test_writes_a_png_of_the_run(tmp_path, capsys):
     assert png.startswith(PNG_MAGIC) and len(png) > 20_000  # four drawn panels, not a blank
     assert main([str(tmp_path), "--out", str(tmp_path / "other.png")]) == 0
     assert (tmp_path / "other.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_char_level_run_plots_bits_per_character(tmp_path):
+    # The engine's rows for char-level data carry bpc where word-level ones carry ppl.
+    pytest.importorskip("matplotlib")
+    rows = [dict(step=s, loss=2.0 - s / 10, bpc=(2.0 - s / 10) / math.log(2), lr=1.0,
+                 tokens_per_s=10.0) for s in (1, 2, 3)]  # fmt: skip
+    rows += [dict(step=s, split="valid", loss=1.5, bpc=1.5 / math.log(2)) for s in (2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    metrics = read_metrics(str(tmp_path / "metrics.jsonl"))
+    assert metrics.score == "bpc"
+    drawn = plot(metrics, str(tmp_path / "r.png"), "char")
+    assert drawn["evaluation bits per character"]["valid"] == ([2, 3], [1.5 / math.log(2)] * 2)
+    assert "evaluation perplexity" not in drawn
 
 
 def test_a_directory_without_metrics_is_a_clear_error(tmp_path, capsys):

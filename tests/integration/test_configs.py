@@ -3,9 +3,9 @@
 Each config file is used as shipped (architecture, context and evaluation lengths, optimizer,
 ZeRO-3) with 2 global rows, on real text whose vocabulary is padded to the config's
 n_token with its words spread over every adaptive-softmax cluster (tests/integration/
-real_size.py). A run trains 3 optimizer steps, evaluates the valid split at the config's
-evaluation lengths, checkpoints, and is exported and loaded with
-`from_pretrained` in a fresh process that never imports DeepSpeed.
+real_size.py), or for enwik8 on enwik8-shaped bytes of real text. A run trains 3 optimizer
+steps, evaluates the valid split at the config's evaluation lengths, checkpoints, and is
+exported and loaded with `from_pretrained` in a fresh process that never imports DeepSpeed.
 """
 
 from __future__ import annotations
@@ -18,10 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from data_pipeline import load_manifest, manifest_url
+from data_pipeline.prepare import main as prepare_main
 from tests import processes
 from tests.conftest import REPO_ROOT
+from tests.data_pipeline.paper_inputs import enwik8_bytes, write_zip
 from tests.integration.real_size import lm1b_real_size, wikitext_real_size
 from tests.integration.runs import DEEPSPEED, PRETRAIN, free_port, records
+from txl_dist.cli import evaluate
 from txl_dist.cli.export import export
 from txl_dist.config import load_run_config
 from txl_dist.model.accounting import build_on_meta, count_parameters
@@ -42,8 +46,33 @@ def lm1b_793k(shared_data, tmp_path_factory) -> Path:
     return lm1b_real_size(shared_data, tmp_path_factory.mktemp("lm1b_793k"), 793_471, LM1B_CUTOFFS)
 
 
+ENWIK8_TEST_CHARS = 4_400  # valid: 2 rows of ~2,200 bytes, so the memory reaches its 2,100
+ENWIK8_TOKENS = 204  # configs/enwik8_base.json: model.n_token, the reference's enwik8 bytes
+
+
+@pytest.fixture(scope="session")
+def enwik8_204(shared_data, tmp_path_factory) -> Path:
+    """enwik8-shaped real text (tests/data_pipeline/paper_inputs.py) in an enwik8.zip, prepared
+    by txl-prepare; its 178 byte values are padded to enwik8's 204 with byte values the text
+    lacks (real enwik8 has them), so the model has the shipped config's size."""
+    root = tmp_path_factory.mktemp("enwik8")
+    archive = write_zip(root / "enwik8.zip", "enwik8", enwik8_bytes(shared_data))
+    args = ["--dataset", "enwik8", "--source", str(archive), "--no-progress"]
+    args += ["--test-chars", str(ENWIK8_TEST_CHARS)]
+    assert prepare_main([*args, "--out", str(root / "seen")]) == 0
+    seen = (root / "seen" / "vocab.txt").read_text().splitlines()
+    names = {line.split("\t")[0] for line in seen}
+    unseen = [str(b) for b in range(256) if b != ord("\n") and str(b) not in names]
+    padded = [*seen, *(f"{b}\t0" for b in unseen[: ENWIK8_TOKENS - len(seen)])]
+    (root / "vocab.txt").write_text("".join(line + "\n" for line in padded))
+    assert (
+        prepare_main([*args, "--vocab", str(root / "vocab.txt"), "--out", str(root / "data")]) == 0
+    )
+    return root / "data"
+
+
 def train_shipped(
-    config: str, data: Path, out: Path, stage: int, bf16: bool
+    config: str, data: Path, out: Path, stage: int, bf16: bool, extra: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess:
     settings = [
         f"data.path={data}",
@@ -57,6 +86,7 @@ def train_shipped(
         "logging.wandb.mode=disabled",
         f"deepspeed.zero_optimization.stage={stage}",
         f"deepspeed.bf16.enabled={json.dumps(bf16)}",
+        *extra,
     ]
     cmd = [DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()), PRETRAIN]
     cmd += ["--config", str(REPO_ROOT / "configs" / f"{config}.json")]
@@ -66,13 +96,15 @@ def train_shipped(
     return proc
 
 
-def assert_trained_evaluated_and_saved(out: Path) -> None:
+def assert_trained_evaluated_and_saved(out: Path, score: str = "ppl") -> dict:
+    """The valid split's record, which holds `score` (ppl, or bpc for char-level data)."""
     rows = records(out)
     losses = [r["loss"] for r in rows if "split" not in r]
     assert len(losses) == STEPS and all(math.isfinite(loss) for loss in losses)
     (valid,) = [r for r in rows if r.get("split") == "valid"]
-    assert math.isfinite(valid["ppl"]) and valid["tokens"] > 0
+    assert math.isfinite(valid[score]) and valid["tokens"] > 0
     assert (out / "checkpoints" / "latest").read_text().strip() == f"global_step{STEPS}"
+    return valid
 
 
 LOAD_IN_FRESH_PROCESS = """
@@ -119,3 +151,45 @@ def test_shipped_config_trains_evaluates_checkpoints_and_exports(
     train_shipped(config, data, tmp_path / "run", stage, bf16)
     assert_trained_evaluated_and_saved(tmp_path / "run")
     assert_exports_and_loads_without_deepspeed(tmp_path / "run", tmp_path / "export", config)
+
+
+# fp32 as above. The valid split (4,400 bytes) is scored in 2 rows of 80-byte segments with the
+# memory growing to 2,100 and distances clamped at 820 (the paper's enwik8 evaluation).
+def test_enwik8_base_trains_reports_bpc_checkpoints_and_exports(tmp_path, enwik8_204, capsys):
+    run = tmp_path / "run"
+    proc = train_shipped(
+        "enwik8_base", enwik8_204, run, stage=3, bf16=False, extra=("logging.wandb.mode=offline",)
+    )
+    valid = assert_trained_evaluated_and_saved(run, score="bpc")
+    rows = records(run)
+    assert all("ppl" not in r and r["bpc"] == r["loss"] / math.log(2) for r in rows)
+    split = load_manifest(manifest_url(str(enwik8_204), "valid"))
+    assert split.level == "char" and valid["tokens"] == split.tokens - 1  # all but the first
+    assert f"| bpc {valid['bpc']:.4f} |" in proc.stdout  # the engine's evaluation line
+    assert all(f"| bpc {r['bpc']:9.4f} |" in proc.stdout for r in rows if "split" not in r)
+    (wandb_run,) = (run / "wandb").glob("offline-run-*/run-*.wandb")
+    assert b"valid/bpc" in wandb_run.read_bytes() and b"valid/ppl" not in wandb_run.read_bytes()
+
+    export_dir = tmp_path / "export"
+    assert_exports_and_loads_without_deepspeed(run, export_dir, "enwik8_base")
+    assert json.loads((export_dir / "data.json").read_text()) == {
+        "dataset": "enwik8", "level": "char"
+    }  # fmt: skip
+    assert (
+        f"valid: loss {valid['loss']:.4f}, bpc {valid['bpc']:.3f}"
+        in (export_dir / "README.md").read_text()
+    )
+
+    # txl-eval on the export (from_pretrained), with the engine's 2 rows in fp32: the same bpc.
+    argv = ["--model", str(export_dir), "--data", str(enwik8_204), "--split", "valid"]
+    capsys.readouterr()  # DeepSpeed's import-time log lines
+    assert evaluate.main([*argv, "--batch-size", "2", "--json", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (report["level"], report["ppl"], report["tokens"]) == ("char", None, valid["tokens"])
+    assert report["bpc"] == pytest.approx(valid["bpc"], rel=1e-5)
+    table = evaluate.render(evaluate.EvalReport(**report), as_json=False)
+    assert f"bpc {report['bpc']:.4f}" in table and "ppl" not in table
+    # A character-level model does not read a text file as words.
+    (tmp_path / "words.txt").write_text("some words\n")
+    assert evaluate.main(["--model", str(export_dir), "--text", str(tmp_path / "words.txt")]) == 1
+    assert "character-level model" in capsys.readouterr().err

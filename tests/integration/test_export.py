@@ -119,8 +119,11 @@ def test_fresh_process_loads_both_formats_without_deepspeed(zero_runs, exports, 
         check=True, capture_output=True,
     )  # fmt: skip
     assert sorted(p.name for p in torch_dir.iterdir()) == [
-        "README.md", "config.json", "pytorch_model.bin", "vocab.txt"
+        "README.md", "config.json", "data.json", "pytorch_model.bin", "vocab.txt"
     ]  # fmt: skip
+    assert json.loads((torch_dir / "data.json").read_text()) == {
+        "dataset": "wikitext-103", "level": "word"
+    }  # fmt: skip
     ids = torch.randint(0, 32487, (2, 16), generator=torch.Generator().manual_seed(0))
     torch.save(ids, tmp_path / "ids.pt")
     script = [sys.executable, "-c", LOAD_WITHOUT_DEEPSPEED, exports[3], torch_dir]

@@ -1,4 +1,4 @@
-"""txl-eval: perplexity of an exported model on a prepared split or a raw text file.
+"""txl-eval: perplexity (or bits per character) of an exported model on a split or a text file.
 
     txl-eval --model OUT_DIR --data DATA_ROOT_OR_MANIFEST_URL [--split test] [options]
     txl-eval --model OUT_DIR --text FILE [options]
@@ -12,6 +12,7 @@ paper's: eval_tgt_len, eval_mem_len, eval_clamp_len, eval_same_length) unless ov
 memory, so the perplexity depends on --batch-size; with the training run's eval rows and --dtype
 (see the export's README.md) it reproduces the engine's evaluation. A text file is tokenized as
 WikiText: whitespace-split lines, each followed by <eos>, unknown words as the unknown token.
+Character-level data (the manifest's level) is reported in bits per character (loss / ln 2).
 
 A sweep (--sweep-mem-len or --sweep-clamp-len) scores every length in one run, reading the
 data once, and reports each model's effective context and, for several --model, their RECL.
@@ -35,9 +36,10 @@ from data_pipeline.vocab import EOS, Vocab
 from txl_dist.context import RECL_THRESHOLD, write_csv
 from txl_dist.engine.dist import World, init_distributed, world_from_env
 from txl_dist.engine.evaluate import evaluate
-from txl_dist.exported import DTYPES, export_vocab
+from txl_dist.exported import DTYPES, export_level, export_vocab
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
+from txl_dist.scores import format_score, score
 from txl_dist.sweep import (
     SweepResult,
     check_lengths,
@@ -57,10 +59,14 @@ class EvalReport:
 
     source: str
     """The split's manifest URL or the text file."""
+    level: str
+    """The data's level (the manifest's, or for --text the export's): char or word."""
     loss: float
     """Mean NLL per scored token (nats)."""
-    ppl: float
-    """exp(loss)."""
+    ppl: float | None
+    """exp(loss), for word-level data (else null)."""
+    bpc: float | None
+    """Bits per character, loss / ln 2, for char-level data (else null)."""
     tokens: int
     """Tokens scored."""
     tokens_per_s: float
@@ -249,7 +255,8 @@ def _first(value, default):
 
 
 def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
-    """(source name, this rank's evaluation batches, unknown words of --text) of --text or --data.
+    """(source name, this rank's evaluation batches, unknown words of --text, the data's level)
+    of --text or --data.
 
     Every --model's vocabulary is checked against the data's.
     """
@@ -262,8 +269,13 @@ def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
         vocab = export_vocab(args.model[0])
         if vocab is None:
             raise DataError(f"{args.model[0]} has no {VOCAB_FILE}: --text needs the vocabulary")
+        if export_level(args.model[0]) != "word":
+            raise DataError(
+                f"{args.model[0]} is a character-level model and --text is read as words: "
+                "prepare the text with txl-prepare (its --dataset) and pass --data"
+            )
         ids, unknown = text_ids(args.text, vocab)
-        return args.text, TextBatches(ids, rows, tgt_len, world), unknown
+        return args.text, TextBatches(ids, rows, tgt_len, world), unknown, "word"
     url = args.data if args.data.endswith(".json") else manifest_url(args.data, args.split)
     for path in args.model:
         check_data_vocab(url, export_vocab(path), path)
@@ -271,7 +283,7 @@ def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
         url, rows_per_rank=rows // world.world_size, tgt_len=tgt_len, rank=world.rank,
         world_size=world.world_size, tail=True, expected_vocab_size=model.config.n_token,
     )  # fmt: skip
-    return url, streams, None
+    return url, streams, None, streams.manifest.level
 
 
 def run(args: argparse.Namespace, world: World, device: torch.device) -> EvalReport:
@@ -281,20 +293,22 @@ def run(args: argparse.Namespace, world: World, device: torch.device) -> EvalRep
         tgt_len=cfg.tgt_len, mem_len=cfg.mem_len, clamp_len=cfg.clamp_len,
         same_length=cfg.same_length, batch_size=args.batch_size, dtype=args.dtype,
     )  # fmt: skip
-    source, batches, unknown = batches_for(args, model, world)
+    source, batches, unknown, level = batches_for(args, model, world)
     if unknown is not None:
         settings["unknown_words"] = unknown
     progress = world.is_main and not args.no_progress
     result = evaluate(model, batches, device, progress=progress)
+    scores = {"ppl": None, "bpc": None, **score(result.loss, level)}
     return EvalReport(
-        source, result.loss, result.ppl, result.tokens,
-        result.tokens / max(result.seconds, 1e-9), result.seconds, settings,
+        source=source, level=level, loss=result.loss, **scores, tokens=result.tokens,
+        tokens_per_s=result.tokens / max(result.seconds, 1e-9), seconds=result.seconds,
+        settings=settings,
     )  # fmt: skip
 
 
 def sweep(args: argparse.Namespace, world: World, device: torch.device) -> SweepResult:
     first = load_model(args.model[0], args, device)
-    _, batches, _ = batches_for(args, first, world)  # segments of the first model's tgt_len
+    _, batches, _, _ = batches_for(args, first, world)  # segments of the first model's tgt_len
     loaded = {args.model[0]: first}  # the others are loaded one at a time, in their turn
 
     def load(path: str) -> TransformerXL:
@@ -335,8 +349,10 @@ def render(output: EvalReport | SweepResult, as_json: bool) -> str:
         return json.dumps(to_json(output)) if as_json else table(output)
     if as_json:
         return json.dumps(asdict(output))
+    scores = {k: v for k, v in (("ppl", output.ppl), ("bpc", output.bpc)) if v is not None}
+    shown = format_score(scores, digits=3 if output.ppl is not None else 4)
     return (
-        f"{output.source}: loss {output.loss:.4f}  ppl {output.ppl:.3f}  "
+        f"{output.source}: loss {output.loss:.4f}  {shown}  "
         f"({output.tokens} tokens, {output.tokens_per_s:,.0f} tokens/s)"
     )
 

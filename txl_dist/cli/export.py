@@ -42,10 +42,11 @@ from txl_dist.engine.checkpoint import (
     find_resume_point,
     load_trusted,
 )
-from txl_dist.exported import DTYPES
+from txl_dist.exported import DATA_FILE, DTYPES
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
+from txl_dist.scores import format_score
 
 README_FILE = "README.md"
 MODEL_STATES = "mp_rank_00_model_states.pt"  # ZeRO 0-2: module weights (+ optimizer at stage 0)
@@ -211,6 +212,8 @@ def export(
 
     def write_extra(directory: str) -> None:
         vocab.save(os.path.join(directory, VOCAB_FILE))
+        with open(os.path.join(directory, DATA_FILE), "w") as f:
+            json.dump({"dataset": ckpt.config.data.dataset, "level": ckpt.point.client.level}, f)
         with open(os.path.join(directory, README_FILE), "w") as f:
             f.write(readme(ckpt, dtype, format))
 
@@ -239,7 +242,8 @@ def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
     ev = cfg.model.for_eval()
     rows = cfg.train.eval_rows or cfg.train.global_rows
     evals = [
-        f"- {r['split']}: loss {r['loss']:.4f}, ppl {r['ppl']:.3f} ({r.get('tokens', '?')} tokens)"
+        f"- {r['split']}: loss {r['loss']:.4f}, {format_score(r, digits=3)} "
+        f"({r.get('tokens', '?')} tokens)"
         for r in eval_records(ckpt)
     ] or ["- none recorded at this step"]
     weights = SAFETENSORS_FILE if format == "safetensors" else TORCH_FILE
@@ -253,8 +257,8 @@ def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
             f"- training: ZeRO stage {cfg.zero_stage} on {client.world_size} ranks, "
             f"{precision}, {cfg.train.global_rows} global rows x tgt_len {cfg.model.tgt_len}, "
             f"mem_len {cfg.model.mem_len}, optimizer {cfg.optim.name} (lr {cfg.optim.lr})",
-            f"- data: {cfg.data.dataset} at `{data_path}`, vocabulary of {cfg.model.n_token} "
-            f"tokens (sha256 {client.vocab_sha256})",
+            f"- data: {cfg.data.dataset} ({client.level} level) at `{data_path}`, vocabulary of "
+            f"{cfg.model.n_token} tokens (sha256 {client.vocab_sha256})",
             f"- weights: {weights}, {dtype} (from the fp32 master weights)",
             "",
             f"## Evaluation by the training engine at step {ckpt.step}",

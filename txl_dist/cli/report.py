@@ -4,7 +4,8 @@
     txl-report --sweep FILE.csv [FILE.csv ...] [--out FILE]   (default FILE.png beside the first)
     python -m txl_dist.cli.report ...
 
-A run: four panels against the step: training loss, evaluation perplexity (one line per split),
+A run: four panels against the step: training loss, evaluation perplexity (one line per split;
+bits per character for char-level data, as its metrics.jsonl records them),
 learning rate and training tokens/s, with a dashed line where the run was restarted. A resumed
 run may log a step again; the later record wins. Only one run is drawn: the directory's latest
 (the run of the last row), or `--run ID`.
@@ -22,6 +23,7 @@ import sys
 from dataclasses import dataclass, field
 
 from txl_dist.context import RECL_THRESHOLD, SweepRow, effective_context, read_csv
+from txl_dist.scores import LABELS, score_of
 
 METRICS_FILE = "metrics.jsonl"
 REPORT_FILE = "report.png"
@@ -49,8 +51,10 @@ class RunMetrics:
     loss: Series = field(default_factory=Series)
     lr: Series = field(default_factory=Series)
     tokens_per_s: Series = field(default_factory=Series)
-    ppl: dict[str, Series] = field(default_factory=dict)
-    """Evaluation perplexity per split."""
+    scores: dict[str, Series] = field(default_factory=dict)
+    """Evaluation score per split: perplexity, or bits per character (char-level data)."""
+    score: str = "ppl"
+    """Which score the evaluation rows hold: ppl or bpc."""
     run_id: str | None = None
     """The run drawn (None: rows from before runs had ids)."""
     restarts: list[int] = field(default_factory=list)
@@ -58,8 +62,8 @@ class RunMetrics:
 
 
 def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
-    """Training rows (loss, lr, tokens_per_s) and evaluation rows (split, ppl) of one run: run_id,
-    or the run of the file's last row."""
+    """Training rows (loss, lr, tokens_per_s) and evaluation rows (split, ppl or bpc) of one run:
+    run_id, or the run of the file's last row."""
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     runs = [row.get("run_id") for row in rows]
@@ -76,7 +80,8 @@ def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
             restart = row.get("restart", 0)
             metrics.restarts.append(step)
         if "split" in row:
-            metrics.ppl.setdefault(row["split"], Series()).add(step, row.get("ppl"))
+            metrics.score, value = score_of(row)
+            metrics.scores.setdefault(row["split"], Series()).add(step, value)
         else:
             metrics.loss.add(step, row.get("loss"))
             metrics.lr.add(step, row.get("lr"))
@@ -84,7 +89,9 @@ def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
     return metrics
 
 
-def plot(metrics: RunMetrics, out: str, title: str) -> None:
+def plot(metrics: RunMetrics, out: str, title: str) -> dict[str, dict]:
+    """Draw the run; return what the panels hold, {title: {label: (steps, values)}}, read back
+    from matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed
@@ -93,7 +100,7 @@ def plot(metrics: RunMetrics, out: str, title: str) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
     panels = [
         (axes[0, 0], "training loss", {"train": metrics.loss}),
-        (axes[0, 1], "evaluation perplexity", metrics.ppl),
+        (axes[0, 1], f"evaluation {LABELS[metrics.score]}", metrics.scores),
         (axes[1, 0], "learning rate", {"lr": metrics.lr}),
         (axes[1, 1], "tokens/s", {"train": metrics.tokens_per_s}),
     ]
@@ -107,13 +114,23 @@ def plot(metrics: RunMetrics, out: str, title: str) -> None:
         ax.grid(alpha=0.3)
         if series:
             ax.legend()
-    axes[0, 1].set_yscale("log")
+    if metrics.score == "ppl":  # perplexity spans orders of magnitude; bpc does not
+        axes[0, 1].set_yscale("log")
     for ax in axes[1]:
         ax.set_xlabel("step")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
+    drawn = {
+        ax.get_title(): {
+            line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+            for line in ax.get_lines()
+            if not line.get_label().startswith("_")  # restart markers
+        }
+        for ax in axes.flat
+    }
     plt.close(fig)
+    return drawn
 
 
 def sweep_curves(paths: list[str]) -> dict[str, list[SweepRow]]:

@@ -112,6 +112,9 @@ class CheckpointState:
     """Vocabulary size of the training data."""
     vocab_sha256: str
     """sha256 of the training data's vocabulary."""
+    level: str = "word"
+    """The training data's level, char or word (its loss reads as bpc or ppl); older
+    checkpoints, from before char-level data, lack it."""
     run_id: str | None = None
     """Run id (wandb's too), kept across resumes; version 0 files may lack it."""
     requeues: int = 0

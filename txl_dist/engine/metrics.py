@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import netrc
 import os
 import subprocess
@@ -24,6 +23,7 @@ from data_pipeline.redact import redact, redact_text
 from txl_dist.config import WandbConfig
 from txl_dist.model.accounting import train_flops_per_token
 from txl_dist.model.config import TXLConfig
+from txl_dist.scores import format_score
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ def train_line(r: dict[str, Any]) -> str:
     parts = [
         f"step {r['step']:>7}",
         f"loss {r['loss']:.4f}",
-        f"ppl {r['ppl']:9.2f}",
+        format_score(r, width=9),
         f"lr {r['lr']:.3e}",
     ]
     if r.get("grad_norm") is not None:
@@ -221,10 +221,6 @@ def train_line(r: dict[str, Any]) -> str:
 
 def eval_line(r: dict[str, Any]) -> str:
     return (
-        f"eval {r['split']} step {r['step']} | loss {r['loss']:.4f} | ppl {r['ppl']:.2f} | "
+        f"eval {r['split']} step {r['step']} | loss {r['loss']:.4f} | {format_score(r)} | "
         f"{r['tokens']} tokens | {r['tokens_per_s']:.0f} tok/s"
     )
-
-
-def safe_exp(x: float) -> float:
-    return math.exp(x) if x < 700 else float("inf")

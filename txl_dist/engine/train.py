@@ -28,10 +28,10 @@ from txl_dist.engine.metrics import (
     Throughput,
     eval_line,
     memory_gib,
-    safe_exp,
     train_line,
 )
 from txl_dist.engine.signals import StopRequest
+from txl_dist.scores import score
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ class Trainer:
         record = dict(
             step=self.step,
             loss=loss,
-            ppl=safe_exp(loss),
+            **score(loss, self.streams.manifest.level),  # ppl, or bpc for char-level data
             lr=self.scheduler.get_last_lr()[0],
             grad_norm=float(grad_norm) if grad_norm is not None else None,
             loss_scale=getattr(self.engine.optimizer, "cur_scale", None)
@@ -223,7 +223,7 @@ class Trainer:
             step=self.step,
             split=split,
             loss=result.loss,
-            ppl=result.ppl,
+            **score(result.loss, self.streams.manifest.level),
             tokens=result.tokens,
             tokens_per_s=result.tokens / max(result.seconds, 1e-9),
         )
@@ -240,6 +240,7 @@ class Trainer:
             config=self.config.public_dict(),  # secrets never reach a checkpoint
             vocab_size=self.streams.vocab_size,
             vocab_sha256=self.streams.manifest.vocab_sha256,
+            level=self.streams.manifest.level,
             run_id=self.run_id,
             requeues=self.requeues,
             restarts=self.restarts,

@@ -1,0 +1,56 @@
+"""What a mean loss reads as: perplexity on word-level data, bits per character on char-level.
+
+The level is the data's (the manifest's `level`, written by txl-prepare; a checkpoint and an
+export carry it on), never guessed from the dataset's name. Every surface that shows a loss
+(the engine's log line, metrics.jsonl, wandb, txl-eval, txl-report, the export's README) names
+its score through here, so they agree.
+"""
+
+from __future__ import annotations
+
+import math
+
+SCORE_OF_LEVEL = {"word": "ppl", "char": "bpc"}
+"""The score each data level reports beside the loss."""
+
+LABELS = {"ppl": "perplexity", "bpc": "bits per character"}
+"""Long names of the scores, for plot titles."""
+
+
+def score_name(level: str) -> str:
+    """`ppl` for word-level data, `bpc` for char-level."""
+    try:
+        return SCORE_OF_LEVEL[level]
+    except KeyError:
+        raise ValueError(
+            f"data level {level!r} is not one of {', '.join(SCORE_OF_LEVEL)}"
+        ) from None
+
+
+def score(loss: float, level: str) -> dict[str, float]:
+    """{"ppl": exp(loss)} for word level, {"bpc": loss / ln 2} for char level (loss in nats)."""
+    name = score_name(level)
+    if name == "bpc":
+        return {name: loss / math.log(2)}
+    return {name: safe_exp(loss)}
+
+
+def safe_exp(x: float) -> float:
+    """exp(x), inf where math.exp would overflow (a diverged run's perplexity)."""
+    return math.exp(x) if x < 700 else float("inf")
+
+
+def score_of(record: dict) -> tuple[str, float | None]:
+    """(name, value) of the score a metrics record holds: bpc if it has one, else ppl (None
+    when it has neither)."""
+    name = "bpc" if "bpc" in record else "ppl"
+    return name, record.get(name)
+
+
+def format_score(record: dict, width: int = 0, digits: int | None = None) -> str:
+    """`ppl 123.45` or `bpc 1.0612`, whichever `record` holds, right-aligned in `width`;
+    `digits` after the point (default 2 for ppl, 4 for bpc)."""
+    name, value = score_of(record)
+    if digits is None:
+        digits = 4 if name == "bpc" else 2
+    return f"{name} {value:{width}.{digits}f}"
