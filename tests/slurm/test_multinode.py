@@ -1,7 +1,8 @@
 """Multi-node without SLURM on the namespace nodes: launch/multinode.sh, one launcher per node
 (torchrun or DeepSpeed's --no_ssh), and DeepSpeed's launcher over ssh from a hostfile (an sshd in
 each node): 2 nodes x 1 rank give the 1 node x 2 rank losses; a killed rank fails the whole job
-fast and the job resumes after."""
+fast and the job resumes after; a cut link between the nodes ends the ranks of both within the
+hang timeout."""
 
 from __future__ import annotations
 
