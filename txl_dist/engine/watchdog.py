@@ -37,7 +37,7 @@ class Phase:
     """What the main thread is doing, and by when it must be done."""
 
     name: str
-    """step, evaluation, checkpoint save, checkpoint load or start."""
+    """step, evaluation, checkpoint save, checkpoint load, start or finish."""
     step: int
     """The training step it belongs to."""
     timeout_s: float
