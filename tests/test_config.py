@@ -101,6 +101,9 @@ def test_n_token_auto_reads_the_vocabulary_size_of_the_data(tmp_path, shared_dat
         ("data", "read_attempts", 0, r"data\.read_attempts must be >= 1"),
         ("logging", "wandb", {"mode": "cloud"}, r"logging\.wandb\.mode must be one of"),
         ("model", "n_layer", 0, r"model\.n_layer must be positive"),
+        ("train", "hang_timeout_s", 0, r"train\.hang_timeout_s must be positive, got 0"),
+        ("train", "checkpoint_timeout_s", -1, r"train\.checkpoint_timeout_s must be positive"),
+        ("train", "checkpoint_timeout_s", None, r"train\.checkpoint_timeout_s must be float"),
     ],
 )
 def test_bad_values_name_the_key(section, key, value, message):

@@ -124,6 +124,10 @@ class TrainConfig:
     """Seconds after the process started at which the run checkpoints and stops by itself."""
     dist_timeout_s: float = 600.0
     """Seconds a collective waits for the other ranks; bounds the hang after a rank dies."""
+    hang_timeout_s: float | None = 300.0
+    """Seconds a step or eval batch may stall before the run ends as hung (null: never)."""
+    checkpoint_timeout_s: float = 1800.0
+    """The same for a checkpoint save or load, the start-up and the first (compiling) steps."""
     max_micro_rows: int | None = None
     """Most rows one device runs at once; micro batch and accumulation are derived from it."""
 
@@ -133,8 +137,10 @@ class TrainConfig:
         for name in ("global_rows", "max_steps", "keep_last", "max_nonfinite_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be at least 1, got {getattr(self, name)}")
-        if self.dist_timeout_s <= 0:
-            raise ValueError(f"train.dist_timeout_s must be positive, got {self.dist_timeout_s}")
+        for name in ("dist_timeout_s", "hang_timeout_s", "checkpoint_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:  # hang_timeout_s may be null
+                raise ValueError(f"train.{name} must be positive, got {value}")
 
 
 @dataclasses.dataclass

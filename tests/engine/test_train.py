@@ -20,6 +20,7 @@ from txl_dist.engine.evaluate import EvalResult
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.train import NonFiniteLossError, RunState, Trainer
+from txl_dist.engine.watchdog import Watchdog
 
 CPU = torch.device("cpu")
 ROWS, TGT_LEN = 2, 3
@@ -28,8 +29,9 @@ ROWS, TGT_LEN = 2, 3
 class FakeEngine:
     """What the loop uses of a DeepSpeed engine; the loss is the step count, so logs show it."""
 
-    def __init__(self, events: list[str]):
+    def __init__(self, events: list[str], watchdog: Watchdog):
         self.events, self.steps, self.nan_from = events, 0, None
+        self.watchdog, self.phases = watchdog, []  # the watchdog's phase at each step
 
     def __call__(self, input_ids, targets, mems):
         diverged = self.nan_from is not None and self.steps + 1 >= self.nan_from
@@ -46,6 +48,7 @@ class FakeEngine:
     def step(self):
         self.steps += 1
         self.events.append(f"step{self.steps}")
+        self.phases.append(self.watchdog.current)
 
     def get_global_grad_norm(self):
         return 0.5
@@ -93,15 +96,18 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, **train):
     settings += ["model.cutoffs=[]", "model.tie_projs=[false]", "logging.log_interval=2"]
     settings += [f"train.{key}={value}" for key, value in train.items()]
     config = load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), settings)
-    engine = FakeEngine(events)
+    watchdog = Watchdog.for_run(config.train, rank=0, world_size=1)
+    engine = FakeEngine(events, watchdog)
     engine.steps = start_step
 
     def evaluate_split(split):
         events.append(f"eval:{split}@{engine.steps}")
+        engine.phases.append(watchdog.current)
         return EvalResult(loss=1.0, ppl=2.7, tokens=6, seconds=0.1)
 
     def save_checkpoint(state):
         events.append(f"save@{state.step}")
+        engine.phases.append(watchdog.current)
         return f"checkpoints/global_step{state.step}"
 
     return Trainer(
@@ -114,6 +120,7 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, **train):
         memory=MemoryBank(1),
         metrics=Metrics(str(tmp_path), enabled=True, run={"run_id": "r", "restart": 0}),
         stop=StopAt(stop_at, lambda: engine.steps),
+        watchdog=watchdog,
         evaluate_split=evaluate_split,
         save_checkpoint=save_checkpoint,
         state=RunState(run_id="r", step=start_step),
@@ -190,3 +197,29 @@ def test_non_finite_losses_end_the_run_at_the_next_log_line_and_before_any_save(
         trainer.run()
     assert events == ["step1", "step2", "step3", "save@3", "step4"]
     assert logged_steps(tmp_path) == [2]  # the line of step 4 is not written
+
+
+def test_steps_evaluations_and_saves_run_as_phases_with_their_timeouts(tmp_path):
+    events = []
+    trainer = make_trainer(
+        tmp_path,
+        events,
+        max_steps=3,
+        eval_interval=2,
+        save_interval=2,
+        hang_timeout_s=60,
+        checkpoint_timeout_s=600,
+    )
+    assert trainer.run() is None
+    phases = [(p.name, p.step, p.timeout_s, p.setting) for p in trainer.engine.phases]
+    assert phases == [
+        ("step", 1, 600, "train.checkpoint_timeout_s"),  # the first step after a start is slow
+        ("step", 2, 60, "train.hang_timeout_s"),
+        ("evaluation", 2, 60, "train.hang_timeout_s"),
+        ("checkpoint save", 2, 600, "train.checkpoint_timeout_s"),
+        ("step", 3, 60, "train.hang_timeout_s"),
+        ("checkpoint save", 3, 600, "train.checkpoint_timeout_s"),
+        ("evaluation", 3, 60, "train.hang_timeout_s"),
+        ("evaluation", 3, 60, "train.hang_timeout_s"),
+    ]
+    assert trainer.watchdog.current is None  # nothing left armed after the run

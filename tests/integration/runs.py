@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests import processes
@@ -98,3 +100,17 @@ def train_losses(out_dir: Path) -> dict[int, float]:
 
 def eval_ppl(out_dir: Path, split: str = "valid") -> float:
     return [r for r in records(out_dir) if r.get("split") == split][-1]["ppl"]
+
+
+@contextlib.contextmanager
+def training_after(cmd: list[str], out: Path, steps: int):
+    """The launcher of `cmd` in its own process group (a terminal's foreground job), once it
+    has logged `steps` training steps; its output is on the pipe."""
+    with processes.process_group(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT
+    ) as launcher:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.jsonl").exists() or len(train_losses(out)) < steps:
+            assert time.monotonic() < deadline and launcher.poll() is None, "training did not start"
+            time.sleep(0.1)
+        yield launcher

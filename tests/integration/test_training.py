@@ -6,7 +6,6 @@ process); results are read back from metrics.jsonl and the checkpoint directory.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -32,6 +31,7 @@ from tests.integration.runs import (
     records,
     train,
     train_losses,
+    training_after,
 )
 from txl_dist.config import load_run_config
 from txl_dist.engine import checkpoint, preflight
@@ -211,20 +211,6 @@ def test_wandb_offline_run_holds_the_metrics(uninterrupted):
 
 
 # ---- signals ----
-
-
-@contextlib.contextmanager
-def training_after(cmd: list[str], out: Path, steps: int):
-    """The launcher of `cmd` in its own process group (a terminal's foreground job), once it
-    has logged `steps` training steps; its output is on the pipe."""
-    with processes.process_group(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT
-    ) as launcher:
-        deadline = time.monotonic() + 120
-        while not (out / "metrics.jsonl").exists() or len(train_losses(out)) < steps:
-            assert time.monotonic() < deadline and launcher.poll() is None, "training did not start"
-            time.sleep(0.1)
-        yield launcher
 
 
 def test_sigterm_to_one_rank_checkpoints_exits_0_and_resumes(wikitext, tmp_path):

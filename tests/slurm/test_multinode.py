@@ -1,10 +1,12 @@
 """Multi-node without SLURM on the namespace nodes: launch/multinode.sh, one launcher per node
 (torchrun or DeepSpeed's --no_ssh), and DeepSpeed's launcher over ssh from a hostfile (an sshd in
 each node): 2 nodes x 1 rank give the 1 node x 2 rank losses; a killed rank fails the whole job
-fast and the job resumes after."""
+fast and the job resumes after; a cut link between the nodes ends the ranks of both within the
+hang timeout."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -19,7 +21,14 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import train_losses
-from tests.slurm.conftest import IFNAME, NODE_ADDR, pretrain_args, rank_pid, wait_for
+from tests.slurm.conftest import (
+    IFNAME,
+    NODE_ADDR,
+    pretrain_args,
+    rank_pid,
+    steps_logged,
+    wait_for,
+)
 
 MULTINODE = str(REPO_ROOT / "launch" / "multinode.sh")
 PORTS = itertools.count(29533)  # a fresh rendezvous port for every launch
@@ -93,6 +102,38 @@ def test_killed_rank_fails_all_nodes_fast_then_resume_continues(
     assert codes == [0, 0], log[-3000:]
     assert f"resumed global_step{saved} at step {saved}" in log
     assert train_losses(tmp_path) == train_losses(reference[0])
+
+
+def test_a_cut_link_ends_the_ranks_of_both_nodes_within_the_hang_timeout(
+    cluster, wikitext, tmp_path
+):
+    overrides = ["train.max_steps=100000", "train.hang_timeout_s=10", "train.dist_timeout_s=300"]
+    procs = launch(cluster, tmp_path, wikitext, overrides, "cut")
+
+    def link(state: str) -> None:
+        subprocess.run(cluster.on_node("n2", ["ip", "link", "set", IFNAME, state]), check=True)
+
+    logs = [tmp_path / f"cut-node{node_rank}.log" for node_rank in (0, 1)]
+    try:
+        wait_for("training", lambda: steps_logged(tmp_path) >= 3, timeout=180)
+        link("down")  # n2 loses n1: a network partition
+        cut = time.monotonic()
+        hung = wait_for(
+            "both ranks' hang lines",
+            lambda: all(" hung: " in log.read_text() for log in logs) and time.monotonic() - cut,
+            timeout=120,
+        )
+    finally:
+        link("up")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            finish(procs, timeout=0)  # what the launchers do next is the restart's business
+    print(f"cut link: both ranks ended within {hung:.1f} s")
+    node0, node1 = (log.read_text() for log in logs)
+    assert "[txl-dist] rank 0 hung: no progress in " in node0
+    assert "not answering: rank 1 (last heard " in node0
+    assert "[txl-dist] rank 1 hung: no progress in " in node1
+    assert f"torchrun's store at {NODE_ADDR['n1']}:" in node1  # node 0's agent holds it
+    assert hung < 10 + 10  # the timeout, heartbeats and a read that gets no answer
 
 
 @pytest.fixture

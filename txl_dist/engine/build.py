@@ -25,6 +25,7 @@ from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.signals import StopRequest
 from txl_dist.engine.train import RunState, Trainer
+from txl_dist.engine.watchdog import Watchdog
 from txl_dist.model import TransformerXL
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,22 @@ def build_trainer(
     config: RunConfig, world: World, micro: int, accum: int, point: ResumePoint | None
 ) -> Trainer:
     """A Trainer for this rank, resumed from `point` (checkpoint.find_resume_point) if given."""
-    out_dir = config.train.out_dir
     device = init_distributed(world, config.train.dist_timeout_s)
+    watchdog = Watchdog.for_run(config.train, world.rank, world.world_size)
+    with watchdog.phase("start", point.client.step if point else 0):
+        return _assemble_trainer(config, world, device, watchdog, micro, accum, point)
+
+
+def _assemble_trainer(
+    config: RunConfig,
+    world: World,
+    device: torch.device,
+    watchdog: Watchdog,
+    micro: int,
+    accum: int,
+    point: ResumePoint | None,
+) -> Trainer:
+    out_dir = config.train.out_dir
     os.makedirs(out_dir, exist_ok=True)
     universal = checkpoint.needs_universal(point, world.world_size, config.zero_stage)
     ds_config = deepspeed_config(config, micro, accum, universal)
@@ -55,7 +70,8 @@ def build_trainer(
     memory = MemoryBank(accum)
     state = RunState(run_id=uuid.uuid4().hex[:12])
     if point is not None:
-        state = restore(point, universal, engine, streams, memory, config, world, device)
+        with watchdog.phase("checkpoint load", point.client.step):
+            state = restore(point, universal, engine, streams, memory, config, world, device)
     # Every metrics row says which run and which start of it wrote it: txl-report draws one run.
     metrics = Metrics(out_dir, world.is_main, run=dict(run_id=state.run_id, restart=state.restarts))
     if world.is_main:
@@ -71,7 +87,8 @@ def build_trainer(
         memory=memory,
         metrics=metrics,
         stop=StopRequest(config.train.max_wallclock),
-        evaluate_split=SplitEvaluator(engine, config, world, device),
+        watchdog=watchdog,
+        evaluate_split=SplitEvaluator(engine, config, world, device, watchdog),
         save_checkpoint=Checkpointer(engine, config, memory, world.rank * micro * accum).save,
         state=state,
         micro=micro,
@@ -199,10 +216,14 @@ def restore(
 
 
 class SplitEvaluator:
-    """Scores a whole split with the config's evaluation lengths, distributed over the ranks."""
+    """Scores a whole split with the config's evaluation lengths, distributed over the ranks;
+    each batch is progress for the watchdog."""
 
-    def __init__(self, engine, config: RunConfig, world: World, device: torch.device):
+    def __init__(
+        self, engine, config: RunConfig, world: World, device: torch.device, watchdog: Watchdog
+    ):
         self.engine, self.config, self.world, self.device = engine, config, world, device
+        self.watchdog = watchdog
 
     def __call__(self, split: str) -> EvalResult:
         eval_cfg = self.config.model.for_eval()
@@ -222,7 +243,13 @@ class SplitEvaluator:
             # Eager even under train.compile: evaluation's many memory lengths (growing by
             # eval_tgt_len up to eval_mem_len) would each compile a graph for one pass.
             with self.engine.module.lengths(*lengths), torch.compiler.set_stance("force_eager"):
-                return evaluate(self.engine, streams, self.device, progress=self.world.is_main)
+                return evaluate(
+                    self.engine,
+                    streams,
+                    self.device,
+                    progress=self.world.is_main,
+                    on_batch=self.watchdog.progress,
+                )
         finally:
             streams.close()
 

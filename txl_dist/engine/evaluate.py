@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -29,8 +30,15 @@ class EvalResult:
 
 
 @torch.no_grad()
-def evaluate(model, streams: TokenStreams, device: torch.device, progress: bool) -> EvalResult:
-    """Score `streams` (a tail=True stream) with `model` in its current lengths; all ranks join."""
+def evaluate(
+    model,
+    streams: TokenStreams,
+    device: torch.device,
+    progress: bool,
+    on_batch: Callable[[], None] = lambda: None,
+) -> EvalResult:
+    """Score `streams` (a tail=True stream) with `model` in its current lengths; all ranks join.
+    `on_batch` is called after each batch (the hang watchdog's progress)."""
     start = time.perf_counter()
     nll_sum = torch.zeros((), dtype=torch.float64, device=device)
     count = torch.zeros((), dtype=torch.int64, device=device)
@@ -52,6 +60,7 @@ def evaluate(model, streams: TokenStreams, device: torch.device, progress: bool)
         nll_sum += out.loss.double()[scored].sum()
         count += scored.sum()
         mems = out.mems
+        on_batch()
     if dist.is_initialized():
         dist.all_reduce(nll_sum)
         dist.all_reduce(count)

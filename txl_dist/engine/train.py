@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from txl_dist.engine.metrics import (
     train_line,
 )
 from txl_dist.engine.signals import StopRequest
+from txl_dist.engine.watchdog import Watchdog
 from txl_dist.scores import score
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,8 @@ class Trainer:
 
     `evaluate_split(split)` scores a split, `save_checkpoint(state)` writes a complete checkpoint
     (both collective); everything else is the engine, the streams and the bookkeeping around them.
+    Each step, evaluation and save runs as a phase of the `watchdog`, which ends the run when
+    one makes no progress in time.
     """
 
     def __init__(
@@ -73,6 +77,7 @@ class Trainer:
         memory: MemoryBank,
         metrics: Metrics,
         stop: StopRequest,
+        watchdog: Watchdog,
         evaluate_split: Callable[[str], EvalResult],
         save_checkpoint: Callable[[checkpoint.CheckpointState], str],
         state: RunState,
@@ -81,7 +86,7 @@ class Trainer:
     ):
         self.config, self.world, self.device = config, world, device
         self.engine, self.scheduler, self.streams, self.memory = engine, scheduler, streams, memory
-        self.metrics, self.stop = metrics, stop
+        self.metrics, self.stop, self.watchdog = metrics, stop, watchdog
         self.evaluate_split, self.save_checkpoint = evaluate_split, save_checkpoint
         self.run_id, self.step = state.run_id, state.step
         self.restarts, self.requeues = state.restarts, state.requeues
@@ -109,30 +114,32 @@ class Trainer:
         batches = iter(self.streams)
         window = _Window(self.device)
         last_saved = self.step if self.step else -1  # a resumed run starts from its checkpoint
+        warm_until = self.step + self._warm_up_steps()
         while self.step < train.max_steps:
-            started = time.perf_counter()
-            input_ids, targets = next(batches)
-            fetched = time.perf_counter()
-            loss = self.train_step(input_ids, targets)
-            self.nonfinite.add(loss)
-            tokens = self.rows_per_rank * input_ids.size(1) * self.world.world_size
-            window.add(loss, tokens, fetched - started, time.perf_counter() - started)
-            self.step += 1
-            if self.step % self.config.logging.log_interval == 0:
-                self._log_train(window)
-                window = _Window(self.device)
-            if self._evaluates_now():
-                self._evaluate(self.config.data.valid_split)
-            # A stop at the last step is the end of the run, not an early stop to resume.
-            stop = self.stop.agreed(self.device) and self.step < train.max_steps
-            if stop or (train.save_interval and self.step % train.save_interval == 0):
-                self._check_nonfinite()  # never save what should have ended the run
-                self._save()
-                last_saved = self.step
-            if stop:
-                self._announce(f"stopping at step {self.step}: {self.stop.reason()}")
-                self._finish()
-                return self.stop.reason()
+            with self.watchdog.phase("step", self.step + 1, slow=self.step < warm_until):
+                started = time.perf_counter()
+                input_ids, targets = next(batches)
+                fetched = time.perf_counter()
+                loss = self.train_step(input_ids, targets)
+                self.nonfinite.add(loss)
+                tokens = self.rows_per_rank * input_ids.size(1) * self.world.world_size
+                window.add(loss, tokens, fetched - started, time.perf_counter() - started)
+                self.step += 1
+                if self.step % self.config.logging.log_interval == 0:
+                    self._log_train(window)
+                    window = _Window(self.device)
+                if self._evaluates_now():
+                    self._evaluate(self.config.data.valid_split)
+                # A stop at the last step is the end of the run, not an early stop to resume.
+                stop = self.stop.agreed(self.device) and self.step < train.max_steps
+                if stop or (train.save_interval and self.step % train.save_interval == 0):
+                    self._check_nonfinite()  # never save what should have ended the run
+                    self._save()
+                    last_saved = self.step
+                if stop:
+                    self._announce(f"stopping at step {self.step}: {self.stop.reason()}")
+                    self._finish()
+                    return self.stop.reason()
         if last_saved != self.step:
             self._check_nonfinite()
             self._save()
@@ -142,6 +149,12 @@ class Trainer:
             self._evaluate(self.config.data.test_split)
         self._finish()
         return None
+
+    def _warm_up_steps(self) -> int:
+        """Steps after a start that get train.checkpoint_timeout_s: the first, and under
+        train.compile one per memory length a graph is compiled for (tgt_len apart)."""
+        model = self.config.model
+        return 1 + (math.ceil(model.mem_len / model.tgt_len) if self.config.train.compile else 0)
 
     def _evaluates_now(self) -> bool:
         interval = self.config.train.eval_interval
@@ -218,7 +231,8 @@ class Trainer:
 
     def _evaluate(self, split: str) -> EvalResult:
         """Evaluate with the config's evaluation lengths (the training ones stay in place)."""
-        result = self.evaluate_split(split)
+        with self.watchdog.phase("evaluation", self.step):
+            result = self.evaluate_split(split)
         record = dict(
             step=self.step,
             split=split,
@@ -246,7 +260,8 @@ class Trainer:
             restarts=self.restarts,
             slurm_job_id=os.environ.get("SLURM_JOB_ID"),
         )
-        path = self.save_checkpoint(state)
+        with self.watchdog.phase("checkpoint save", self.step):
+            path = self.save_checkpoint(state)
         self._announce(f"saved checkpoint {path}")
 
     def _announce(self, message: str) -> None:
@@ -254,7 +269,9 @@ class Trainer:
             log.info(message)
 
     def _finish(self) -> None:
-        self.stop.settle()
+        with self.watchdog.phase("finish", self.step):
+            self.stop.settle()
+        self.watchdog.stop()
         self.streams.close()
         self.metrics.close()
 
