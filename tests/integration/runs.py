@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests import processes
 from tests.conftest import REPO_ROOT
+from txl_dist.restarts import GUARD_NOTE_ENV
 
 DEEPSPEED = str(Path(sys.executable).parent / "deepspeed")
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
@@ -98,3 +99,28 @@ def train_losses(out_dir: Path) -> dict[int, float]:
 
 def eval_ppl(out_dir: Path, split: str = "valid") -> float:
     return [r for r in records(out_dir) if r.get("split") == split][-1]["ppl"]
+
+
+def rank_pid(out: Path, rank: int) -> int:
+    """The training process of global rank `rank` of the run writing to out (under a launcher
+    that restarts, the guarded child, not its guard: txl_dist/restarts.py)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = dict(
+                line.split(b"=", 1)
+                for line in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                if b"=" in line
+            )
+        except OSError:  # exited meanwhile
+            continue
+        # The launchers (the batch shell, srun, torchrun, deepspeed's runner) carry the same
+        # arguments; a rank is a python running the script: its rank is RANK from a launcher
+        # or, started by srun itself, SLURM_PROCID.
+        is_rank = Path(cmdline[0].decode()).name.startswith("python") and b"-m" not in cmdline
+        mine = is_rank and f"train.out_dir={out}".encode() in cmdline
+        if mine and environ.get(b"RANK", environ.get(b"SLURM_PROCID")) == str(rank).encode():
+            found.append((GUARD_NOTE_ENV.encode() in environ, int(pid)))
+    assert found, f"no process of rank {rank} for {out}"
+    return max(found)[1]  # a guarded rank over its guard
