@@ -65,13 +65,15 @@ def guard_if_restarting() -> None:
     try:
         returncode = _run_rank(note)
         if returncode != 0:
-            _write_exit_note(note, returncode)
+            with contextlib.suppress(OSError):  # a note we cannot write must not hide the exit
+                _write_exit_note(note, returncode)
     finally:
         os.remove(note)
     if returncode < 0:  # end by the same signal, so the launcher sees what the rank saw
-        if -returncode in FORWARDED:
+        with contextlib.suppress(OSError):  # SIGKILL keeps its default; others may not have it
             signal.signal(-returncode, signal.SIG_DFL)
         os.kill(os.getpid(), -returncode)
+        returncode = 128 - returncode  # the shell's code, should the signal not end us
     sys.exit(returncode)
 
 
