@@ -122,6 +122,9 @@ def _write_exit_note(note: str, returncode: int) -> None:
         host=os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
         pid=os.getpid(),
         returncode=returncode,
+        # Launchers count restarts per node (torchrun: a node that restarts because another
+        # did counts none), so the failed rank's count says which restart comes next.
+        next_restart=restart_count() + 1,
         time=time.time(),
     )
     path = os.path.join(out_dir, "errors", f"exit-rank{record['rank']}.json")
@@ -150,7 +153,7 @@ def take_exit_notes(out_dir: str) -> list[dict]:
 def restart_line(notes: list[dict], resume: str) -> str | None:
     """The line a restarted run starts with: who failed, how, and where training resumes;
     None for a first start with nothing to tell."""
-    restart = restart_count()
+    restart = max([restart_count()] + [note["next_restart"] for note in notes])
     if not notes and restart == 0:
         return None
     if notes:
