@@ -10,9 +10,17 @@
 #   TXL_MASTER_PORT     rendezvous port on node 0 (default 29500)
 #   TXL_SOCKET_IFNAME   network interface for gloo/nccl (sets GLOO_/NCCL_SOCKET_IFNAME)
 #   TXL_PYTHON          interpreter with txl-dist installed (default: .venv/bin/python, python3)
+#   TXL_MAX_RESTARTS    torchrun restarts the node's ranks after a failure up to this often
+#                       (default 3; 0: fail at once)
+#   TXL_LOCAL_ADDR      this node's address for torchrun's c10d rendezvous (used with
+#                       restarts; default: TXL_SOCKET_IFNAME's address, else the hostname's)
 # Inside a SLURM job step (launch/slurm/pretrain.sbatch) TXL_NODE_RANK defaults to SLURM_NODEID.
 # Every start resumes (--resume auto). If a rank dies, its node's launcher stops the node's other
-# ranks at once and exits non-zero; the other nodes fail within train.dist_timeout_s.
+# ranks at once; the other nodes' ranks fail their next collective. With torchrun every node's
+# launcher then starts its ranks again (they meet at node 0 again and resume from the last
+# complete checkpoint), until TXL_MAX_RESTARTS is spent; then, and with DeepSpeed's launcher
+# (which has no restarts), the launchers exit non-zero. pretrain.sbatch restarts the whole step
+# itself: it sets TXL_RESTART, and torchrun then restarts nothing.
 set -euo pipefail
 # A scheduler's warning signal (USR1) goes to every process of the job: the ranks checkpoint on
 # it, the launchers (which would die of it) ignore it. The ranks install their own handler.
@@ -32,9 +40,31 @@ fi
 
 case "${TXL_LAUNCHER:-torchrun}" in
   torchrun)
-    exec "$python" -m torch.distributed.run --nnodes "$nnodes" --node_rank "$node_rank" \
-      --nproc_per_node "$nproc" --master_addr "$master_addr" --master_port "$master_port" \
-      launch/pretrain.py --resume auto "$@"
+    restarts="${TXL_MAX_RESTARTS:-3}"
+    if [ -n "${TXL_RESTART:-}" ] || [ "$restarts" = 0 ]; then
+      # No restarts by torchrun: a static rendezvous, node ranks as given.
+      rendezvous=(--node_rank "$node_rank" --master_addr "$master_addr"
+        --master_port "$master_port" --max-restarts 0)
+    else
+      # Restarts need torchrun's c10d rendezvous, with a fresh store for the ranks at every
+      # start: a store kept across restarts (the static rendezvous's, or c10d's shared one)
+      # hands the new ranks their predecessors' gloo addresses and they hang
+      # (pytorch/pytorch#135712). c10d numbers the nodes by their addresses; node 0 hosts it.
+      export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+      is_host=false
+      [ "$node_rank" = 0 ] && is_host=true
+      rendezvous=(--rdzv-backend c10d --rdzv-endpoint "$master_addr:$master_port"
+        --rdzv-id txl-dist --rdzv-conf "is_host=$is_host" --max-restarts "$restarts")
+      # The address other nodes reach this one at (the hostname may resolve to loopback).
+      local_addr="${TXL_LOCAL_ADDR:-}"
+      if [ -z "$local_addr" ] && [ -n "${TXL_SOCKET_IFNAME:-}" ]; then
+        local_addr="$(ip -4 -o addr show dev "$TXL_SOCKET_IFNAME" | awk '{print $4}' |
+          cut -d/ -f1 | head -n1)"
+      fi
+      if [ -n "$local_addr" ]; then rendezvous+=(--local-addr "$local_addr"); fi
+    fi
+    exec "$python" -m torch.distributed.run --nnodes "$nnodes" --nproc_per_node "$nproc" \
+      "${rendezvous[@]}" launch/pretrain.py --resume auto "$@"
     ;;
   deepspeed)
     # --no_ssh still reads the world from a hostfile; only its shape matters (names are

@@ -2,14 +2,17 @@
 
 deepspeed --num_gpus 2 launch/pretrain.py --config configs/tiny.json
 torchrun --nproc_per_node 2 launch/pretrain.py --config configs/tiny.json
+torchrun --nproc_per_node 2 --max-restarts 3 launch/pretrain.py --config C --resume auto
 python launch/pretrain.py --config configs/tiny.json --set train.max_steps=10
 """
 
 from txl_dist.engine.signals import catch_stop_signals
 from txl_dist.logs import configure_logging
+from txl_dist.restarts import guard_if_restarting
 
 configure_logging()  # rank from the launcher's RANK: its start-up messages come before the group
 catch_stop_signals()  # before the engine's imports take seconds: a preemption warning may come
+guard_if_restarting()  # under a launcher that restarts ranks: the rank becomes our child
 
 from txl_dist.cli.pretrain import main  # noqa: E402
 

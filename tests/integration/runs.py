@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tests import processes
 from tests.conftest import REPO_ROOT
+from txl_dist.restarts import GUARD_NOTE_ENV
 
 DEEPSPEED = str(Path(sys.executable).parent / "deepspeed")
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
@@ -114,3 +115,28 @@ def training_after(cmd: list[str], out: Path, steps: int):
             assert time.monotonic() < deadline and launcher.poll() is None, "training did not start"
             time.sleep(0.1)
         yield launcher
+
+
+def rank_pid(out: Path, rank: int) -> int:
+    """The training process of global rank `rank` of the run writing to out (under a launcher
+    that restarts, the guarded child, not its guard: txl_dist/restarts.py)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = dict(
+                line.split(b"=", 1)
+                for line in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                if b"=" in line
+            )
+        except OSError:  # exited meanwhile
+            continue
+        # The launchers (the batch shell, srun, torchrun, deepspeed's runner) carry the same
+        # arguments; a rank is a python running the script: its rank is RANK from a launcher
+        # or, started by srun itself, SLURM_PROCID.
+        is_rank = Path(cmdline[0].decode()).name.startswith("python") and b"-m" not in cmdline
+        mine = is_rank and f"train.out_dir={out}".encode() in cmdline
+        if mine and environ.get(b"RANK", environ.get(b"SLURM_PROCID")) == str(rank).encode():
+            found.append((GUARD_NOTE_ENV.encode() in environ, int(pid)))
+    assert found, f"no process of rank {rank} for {out}"
+    return max(found)[1]  # a guarded rank over its guard

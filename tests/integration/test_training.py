@@ -28,6 +28,7 @@ from tests.integration.runs import (
     K,
     command,
     eval_ppl,
+    rank_pid,
     records,
     train,
     train_losses,
@@ -277,6 +278,51 @@ def rank_tracebacks(output: str) -> list[str]:
     """Tracebacks printed by ranks (the launchers' own, of their interrupt, are theirs)."""
     blocks = output.split("Traceback (most recent call last):")[1:]
     return [b for b in blocks if "pretrain.py" in b or "txl_dist" in b]
+
+
+# ---- a rank killed: torchrun restarts the ranks by themselves ----
+
+
+def test_a_killed_rank_restarts_by_itself_and_resumes_exactly(
+    small_corpus, uninterrupted, tmp_path
+):
+    out = tmp_path / "killed"
+    cmd = command(out, small_corpus, 2, HARD_RESUME, "auto", launcher="torchrun")
+    cmd[1:1] = ["--standalone", "--max-restarts", "3"]  # the README's line for one node
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    log = tmp_path / "torchrun.log"
+    latest = out / "checkpoints" / checkpoint.LATEST
+    with (
+        open(log, "w") as output,
+        processes.process_group(
+            cmd, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env
+        ) as run,
+    ):
+        deadline = time.monotonic() + 300
+        while not latest.exists():  # the checkpoint at step K, with K more steps to go
+            assert time.monotonic() < deadline and run.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.1)
+        os.kill(rank_pid(out, rank=1), signal.SIGKILL)
+        killed = time.monotonic()
+        while not any(r["restart"] == 1 for r in records(out)):
+            assert time.monotonic() < deadline and run.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.1)
+        print(f"from the kill to a step trained again: {time.monotonic() - killed:.1f} s")
+        assert run.wait(timeout=300) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    line = re.search(r"\[txl-dist\] restart 1 of at most 3: (.*)", text)
+    assert line, text[-3000:]
+    assert re.match(
+        rf"rank 1 \(node 0, host \S+\) was killed by SIGKILL [\d.]+ s ago(, then 1 more rank\(s\) "
+        rf"ended)?; resuming from global_step{K} at step {K}$",
+        line.group(1),
+    ), line.group(1)
+    assert "restart 2 " not in text and "would hang" not in text
+    assert not list(out.glob("errors/exit-rank*.json"))
+    # Every step after the checkpoint trained exactly once more, as the uninterrupted run did.
+    resumed = [r for r in records(out) if r["restart"] == 1]
+    expected = [r for r in records(uninterrupted) if r["step"] > K]
+    assert repeated(resumed) == repeated(expected)
 
 
 # ---- a kill or a full disk inside a save ----

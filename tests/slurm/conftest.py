@@ -51,28 +51,6 @@ def steps_logged(out_dir: Path) -> int:
         return 0
 
 
-def rank_pid(out: Path, rank: int) -> int:
-    """The training process of global rank `rank` of the run writing to out."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            environ = dict(
-                line.split(b"=", 1)
-                for line in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                if b"=" in line
-            )
-        except OSError:  # exited meanwhile
-            continue
-        # The launchers (the batch shell, srun, torchrun, deepspeed's runner) carry the same
-        # arguments; a rank is a python running the script: its rank is RANK from a launcher
-        # or, started by srun itself, SLURM_PROCID.
-        is_rank = Path(cmdline[0].decode()).name.startswith("python") and b"-m" not in cmdline
-        mine = is_rank and f"train.out_dir={out}".encode() in cmdline
-        if mine and environ.get(b"RANK", environ.get(b"SLURM_PROCID")) == str(rank).encode():
-            return int(pid)
-    raise AssertionError(f"no process of rank {rank} for {out}")
-
-
 @dataclass
 class Cluster:
     base: Path

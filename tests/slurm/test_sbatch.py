@@ -1,6 +1,7 @@
 """pretrain.sbatch on a real SLURM cluster, in each launch mode: a plain job (srun starts the
 ranks), a preempted 2-node job (torchrun per node), a 2-node job that keeps stopping at
-train.max_wallclock (DeepSpeed's launcher per node), and a job that loses a rank."""
+train.max_wallclock (DeepSpeed's launcher per node), and a job that loses a rank: restarted in
+the allocation, or failed with TXL_MAX_RESTARTS=0."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import re
 import signal
 import time
 
-from tests.integration.runs import eval_ppl, records, train_losses
-from tests.slurm.conftest import FINISHED, STEPS, pretrain_args, rank_pid, steps_logged, wait_for
+from tests.integration.runs import eval_ppl, rank_pid, records, train_losses
+from tests.slurm.conftest import FINISHED, STEPS, pretrain_args, steps_logged, wait_for
 
 # Two nodes x 1 task: the rendezvous crosses the namespaces; one thread per rank as in the
 # 1 node x 2 task reference, so the losses can match exactly.
@@ -102,10 +103,42 @@ def test_wallclock_stops_requeue_until_the_run_is_done(cluster, wikitext, tmp_pa
     assert logged == list(range(1, steps + 1))
 
 
-def test_killed_rank_fails_the_job_fast(cluster, wikitext, tmp_path):
+def test_killed_rank_restarts_the_step_and_the_job_completes(
+    cluster, reference, wikitext, tmp_path
+):
+    out = tmp_path / "run"
+    args = pretrain_args(out, wikitext, ["train.save_interval=5"])
+    job_id = cluster.sbatch(out, [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1"], args)
+    wait_for("the first checkpoint", (out / "checkpoints" / "latest").exists, timeout=180)
+    os.kill(rank_pid(out, rank=1), signal.SIGKILL)  # node 2's only rank
+    killed = time.monotonic()
+    wait_for("a step trained again", lambda: any(r["restart"] for r in records(out)), 180)
+    print(f"from the kill to a step trained again: {time.monotonic() - killed:.1f} s")
+    job = cluster.wait_job(job_id, timeout=300)
+
+    log = (out / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
+    assert job["Restarts"] == "0"  # restarted inside the allocation, not requeued
+    assert "the training step failed (exit 1): restart 1 of 3 on the same nodes" in log
+    line = re.search(
+        r"restart 1 of at most 3: rank 1 \(node 1, host n2\) was killed by SIGKILL .*; "
+        r"resuming from global_step(\d+) at step \1\n",
+        log,
+    )
+    assert line, log[-3000:]
+    saved = int(line.group(1))
+    # Every step after the checkpoint trained exactly once more, with the uninterrupted losses.
+    resumed = {r["step"]: r["loss"] for r in records(out) if r["restart"] and "split" not in r}
+    assert list(resumed) == list(range(saved + 1, STEPS + 1))
+    assert resumed == {s: loss for s, loss in train_losses(reference[0]).items() if s > saved}
+    assert {r["requeues"] for r in records(out)} == {0}  # a restart is not a requeue
+
+
+def test_killed_rank_without_restarts_fails_the_job_fast(cluster, wikitext, tmp_path):
     out = tmp_path / "run"
     args = pretrain_args(out, wikitext, ["train.save_interval=2"])
-    job_id = cluster.sbatch(out, [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1"], args)
+    sbatch = [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1,TXL_MAX_RESTARTS=0"]
+    job_id = cluster.sbatch(out, sbatch, args)
     wait_for("the first checkpoint", (out / "checkpoints" / "latest").exists, timeout=180)
     os.kill(rank_pid(out, rank=1), signal.SIGKILL)  # node 2's only rank
     killed = time.monotonic()

@@ -25,6 +25,7 @@ from txl_dist.engine import checkpoint, preflight, run_dir
 from txl_dist.engine.build import build_trainer
 from txl_dist.engine.dist import World, world_from_env
 from txl_dist.logs import configure_logging
+from txl_dist.restarts import restart_line, take_exit_notes, tell_guard
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         env_set = os.environ.get("TXL_SET", "").split()
         config = load_run_config(args.config, args.set, env_set)
+        tell_guard(config.train.out_dir)
         if env_set and world.is_main:  # said once: a variable left set must not go unnoticed
             keys = ", ".join(o.partition("=")[0] for o in env_set)  # values may be secrets
             log.info(f"TXL_SET overrides {keys}")
@@ -81,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
         point = checkpoint.find_resume_point(args.resume, config.train.out_dir)
         for damaged in point.passed_over if point and world.is_main else ():
             log.warning(f"warning: {damaged}")
+        if world.is_main:
+            _say_why_restarted(config.train.out_dir, point)
         if args.resume == "auto" and _already_finished(point, config, world):
             return
         preflight.check_before_training(config)
@@ -143,6 +147,14 @@ def _keep_traceback(trace: str, out_dir: str | None, world: World) -> str:
             return f"traceback: {path}"
     print(trace, file=sys.stderr, flush=True)  # no run directory to keep it in
     return "traceback above"
+
+
+def _say_why_restarted(out_dir: str, point: checkpoint.ResumePoint | None) -> None:
+    """After a failure: which rank ended how (its guard's note) and where training resumes."""
+    where = f"{point.tag} at step {point.client.step}" if point else "step 0 (no checkpoint yet)"
+    line = restart_line(take_exit_notes(out_dir), where)
+    if line:
+        log.warning(line)
 
 
 def _already_finished(

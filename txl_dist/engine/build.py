@@ -27,6 +27,7 @@ from txl_dist.engine.signals import StopRequest
 from txl_dist.engine.train import RunState, Trainer
 from txl_dist.engine.watchdog import Watchdog
 from txl_dist.model import TransformerXL
+from txl_dist.restarts import restart_count
 
 log = logging.getLogger(__name__)
 
@@ -206,12 +207,15 @@ def restore(
             f"resumed {point.tag} at step {client.step} (saved on "
             f"{client.world_size} ranks, now {world.world_size}; {note})"
         )
+    # The same SLURM job again is a requeue, unless the launcher restarted the ranks inside the
+    # allocation (pretrain.sbatch's loop, torchrun): that is a restart only.
     job = os.environ.get("SLURM_JOB_ID")
+    requeued = job is not None and job == client.slurm_job_id and restart_count() == 0
     return RunState(
         run_id=client.run_id or uuid.uuid4().hex[:12],
         step=client.step,
         restarts=client.restarts + 1,
-        requeues=client.requeues + int(job is not None and job == client.slurm_job_id),
+        requeues=client.requeues + int(requeued),
     )
 
 

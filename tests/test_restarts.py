@@ -1,0 +1,65 @@
+"""The guard of a rank under a launcher that restarts (txl_dist/restarts.py), with real processes:
+a rank killed by a signal leaves a note, and the next start's rank 0 turns it into its line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from txl_dist import restarts
+
+# A "rank" under the guard: it tells the guard its run directory, then dies of `signal`.
+RANK = """
+import os, signal, sys
+from txl_dist import restarts
+restarts.guard_if_restarting()
+restarts.tell_guard(sys.argv[1])
+print(os.getpid(), os.getppid(), flush=True)
+os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+"""
+
+
+def run_rank(tmp_path, signal_name: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", RANK, str(tmp_path), signal_name],
+        env={**os.environ, "RANK": "1", "GROUP_RANK": "1", **env},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_killed_rank_ends_its_guard_alike_and_leaves_a_note_for_the_next_start(
+    tmp_path, monkeypatch
+):
+    proc = run_rank(tmp_path, "SIGKILL", TXL_MAX_RESTARTS="3", SLURMD_NODENAME="n2")
+    assert proc.returncode == -9, proc.stderr  # the launcher sees the rank's own end
+    _, its_parent = map(int, proc.stdout.split())
+    assert its_parent != os.getpid()  # the rank was the guard's child, not ours
+    (path,) = tmp_path.glob("errors/exit-rank*.json")
+    assert path.name == "exit-rank1.json"
+    note = json.loads(path.read_text())
+    assert (note["rank"], note["node"], note["host"], note["returncode"]) == ("1", "1", "n2", -9)
+
+    # Rank 0's own launcher may not count the restart (another node's did): the note tells.
+    monkeypatch.delenv("TXL_RESTART", raising=False)
+    monkeypatch.setenv("TXL_MAX_RESTARTS", "3")
+    line = restarts.restart_line(restarts.take_exit_notes(str(tmp_path)), "global_step4 at step 4")
+    assert line.startswith("restart 1 of at most 3: rank 1 (node 1, host n2) was killed by SIGKILL")
+    assert line.endswith("s ago; resuming from global_step4 at step 4")
+    assert not list(tmp_path.glob("errors/exit-rank*.json"))  # told once
+
+
+@pytest.mark.parametrize("env", [{}, {"TXL_MAX_RESTARTS": "0"}])
+def test_without_restarts_the_rank_runs_unguarded(tmp_path, env):
+    proc = run_rank(tmp_path, "SIGTERM", **env)
+    assert proc.returncode == -15
+    _, its_parent = map(int, proc.stdout.split())
+    assert its_parent == os.getpid()  # no guard between us and the rank
+    assert not (tmp_path / "errors").exists()
