@@ -12,6 +12,11 @@ machine. Timers around the parts of the loop (exclusive: a part's time excludes 
 inside it) break the engine's step down; the loop's own data wait is its metrics' data_wait_s.
 Prints per config and world size: ms per step of each part, the bare step's, and
 engine / bare throughput (bare ms / engine ms; 1.0 means no overhead).
+
+--clock cpu times the main thread's CPU time instead of wall time, with one intra-op thread per
+rank (OMP_NUM_THREADS=1), so the main thread does all the model's work: on a machine shared
+with other jobs wall times mostly measure the wait for a core, CPU times do not. It leaves out
+what other threads do (data prefetch) and time spent blocked (collective waits).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import re
 import subprocess
 import sys
@@ -60,7 +66,8 @@ class Sections:
     """Exclusive wall time per named part: time spent in a part nested inside another counts
     for the inner part only. Off until `start()`."""
 
-    def __init__(self):
+    def __init__(self, clock=time.perf_counter):
+        self.clock = clock
         self.seconds: dict[str, float] = defaultdict(float)
         self.stack: list[list] = []  # [name, started, nested seconds]
         self.on = False
@@ -71,12 +78,12 @@ class Sections:
 
     @contextlib.contextmanager
     def part(self, name: str):
-        self.stack.append([name, time.perf_counter(), 0.0])
+        self.stack.append([name, self.clock(), 0.0])
         try:
             yield
         finally:
             name, started, nested = self.stack.pop()
-            spent = time.perf_counter() - started
+            spent = self.clock() - started
             if self.stack:
                 self.stack[-1][2] += spent
             if self.on:
@@ -152,40 +159,41 @@ def wrap_collectives(sections: Sections) -> None:
 
 def measure_in_process(argv: list[str]) -> None:
     """Runs on each rank: Trainer.run with a bare step after each engine step; prints a record."""
-    sections = Sections()
+    clock = time.thread_time if "--cpu-clock" in sys.argv else time.perf_counter
+    sections = Sections(clock)
     wrap_collectives(sections)
     config, world, trainer = built_trainer(argv)
     bare = BareStep(config, trainer.engine, trainer.micro, trainer.accum, sections)
     instrument(trainer, sections)
     steps = config.train.max_steps - WARMUP
-    clock = {"steps": 0, "bare": 0.0}
+    marks = {"steps": 0, "bare": 0.0}
     engine_step = trainer.train_step
 
     def train_step(input_ids, targets):
         with sections.part("Trainer.train_step (own Python)"):
             loss = engine_step(input_ids, targets)
-        started = time.perf_counter()
+        started = clock()
         bare(input_ids, targets)
-        clock["steps"] += 1
-        if clock["steps"] == WARMUP:
+        marks["steps"] += 1
+        if marks["steps"] == WARMUP:
             sections.start()
-            clock["from"] = time.perf_counter()
-        elif clock["steps"] > WARMUP:
-            clock["bare"] += time.perf_counter() - started
+            marks["from"] = clock()
+        elif marks["steps"] > WARMUP:
+            marks["bare"] += clock() - started
         return loss
 
     trainer.train_step = train_step
     save = trainer.save_checkpoint
 
     def save_checkpoint(state):  # the loop's end: train.save_interval=0 saves only there
-        clock.setdefault("to", time.perf_counter())
+        marks.setdefault("to", clock())
         return save(state)
 
     trainer.save_checkpoint = save_checkpoint
     trainer.run()
     seconds = dict(sections.seconds)
     bare_ms = sum(v for k, v in seconds.items() if k.startswith("bare")) * 1000 / steps
-    engine_ms = ((clock["to"] - clock["from"]) - clock["bare"]) * 1000 / steps
+    engine_ms = ((marks["to"] - marks["from"]) - marks["bare"]) * 1000 / steps
     parts = {k: v * 1000 / steps for k, v in seconds.items() if not k.startswith("bare")}
     parts["loop rest (data wait, timing, Python)"] = engine_ms - sum(parts.values())
     record = dict(
@@ -198,16 +206,23 @@ def measure_in_process(argv: list[str]) -> None:
     print("OVERHEAD " + json.dumps(record), flush=True)
 
 
-def run(data: str, name: str, nproc: int, steps: int, stage: int, dtype: str) -> list[dict]:
+def run(data: str, name: str, nproc: int, steps: int, stage: int, dtype: str, cpu: bool):
     """One measurement (a fresh process per rank); each rank's record and the loop's data wait."""
     with tempfile.TemporaryDirectory() as out:
         args = ["--measure", "--config", str(TINY), *settings(data, out, stage, dtype, steps)]
+        args += ["--cpu-clock"] if cpu else []
         args += [a for value in CONFIGS[name] for a in ("--set", value)]
-        args += ["--set", "data.valid_split=null", "--set", f"logging.log_interval={LOG_INTERVAL}"]
+        args += [
+            "--set",
+            "data.valid_split=null",
+            "--set",
+            f"logging.log_interval={min(LOG_INTERVAL, steps)}",
+        ]
         # One process as a user starts one (`python launch/pretrain.py`), two with the launcher.
         one = [sys.executable, __file__, *args]
         cmd = one if nproc == 1 else launcher(nproc, __file__, args)
-        proc = subprocess.run(cmd, check=True, cwd=REPO, capture_output=True, text=True)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"} if cpu else None
+        proc = subprocess.run(cmd, check=True, cwd=REPO, capture_output=True, text=True, env=env)
         metrics = [json.loads(line) for line in Path(out, "metrics.jsonl").read_text().splitlines()]
     # Ranks print concurrently, so lines may run together: match the records, not lines.
     records = [json.loads(r) for r in re.findall(r"OVERHEAD (\{.*?\}\})", proc.stdout)]
@@ -220,7 +235,9 @@ def report(name: str, nproc: int, records: list[dict], data_wait_ms: float) -> N
     print(f"\n{name} config, {nproc} process(es): ms per step (rank 0; exclusive times)")
     for part, ms in sorted(first["parts"].items(), key=lambda kv: -kv[1]):
         print(f"  {ms:8.2f}  {part}")
-    print(f"  {data_wait_ms:8.2f}  of which data wait (metrics data_wait_s, all log windows)")
+    print(
+        f"  {data_wait_ms:8.2f}  data wait, wall clock (metrics data_wait_s), part of the loop rest"
+    )
     for part, ms in first["bare_parts"].items():
         print(f"  {ms:8.2f}  {part}")
     for r in records:
@@ -239,20 +256,28 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--stage", type=int, default=0, help="ZeRO stage")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args()
-    print(f"ZeRO-{args.stage} {args.dtype}, {args.steps} timed steps, CPU")
+    print(f"ZeRO-{args.stage} {args.dtype}, {args.steps} timed steps, {args.clock} clock, CPU")
     for name in args.configs:
         for nproc in args.nproc:
             records, data_wait = run(
-                args.data, name, nproc, args.steps + WARMUP, args.stage, args.dtype
+                args.data,
+                name,
+                nproc,
+                args.steps + WARMUP,
+                args.stage,
+                args.dtype,
+                args.clock == "cpu",
             )
             report(name, nproc, records, data_wait)
 
 
 if __name__ == "__main__":
     if "--measure" in sys.argv:
+        flags = ("--measure", "--cpu-clock")
         measure_in_process(
-            [a for a in sys.argv[1:] if a != "--measure" and not a.startswith("--local_rank")]
+            [a for a in sys.argv[1:] if a not in flags and not a.startswith("--local_rank")]
         )
     else:
         main()
