@@ -222,7 +222,9 @@ def run(data: str, name: str, nproc: int, steps: int, stage: int, dtype: str, cp
         one = [sys.executable, __file__, *args]
         cmd = one if nproc == 1 else launcher(nproc, __file__, args)
         env = {**os.environ, "OMP_NUM_THREADS": "1"} if cpu else None
-        proc = subprocess.run(cmd, check=True, cwd=REPO, capture_output=True, text=True, env=env)
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         metrics = [json.loads(line) for line in Path(out, "metrics.jsonl").read_text().splitlines()]
     # Ranks print concurrently, so lines may run together: match the records, not lines.
     records = [json.loads(r) for r in re.findall(r"OVERHEAD (\{.*?\}\})", proc.stdout)]
