@@ -104,8 +104,8 @@ def model_state_bytes(engine) -> int:
     return total
 
 
-def measure_in_process(argv: list[str]) -> None:
-    """Runs under the launcher: two real training steps, then the census of this rank."""
+def built_trainer(argv: list[str]):
+    """(config, world, Trainer) of this rank for pretrain's command line, started afresh."""
     from txl_dist.cli.pretrain import parse_args
     from txl_dist.config import load_run_config
     from txl_dist.engine.build import build_trainer
@@ -115,7 +115,12 @@ def measure_in_process(argv: list[str]) -> None:
     config = load_run_config(args.config, args.set)
     world = world_from_env()
     micro, accum = config.batch_layout(world.world_size)
-    trainer = build_trainer(config, world, micro, accum, point=None)
+    return config, world, build_trainer(config, world, micro, accum, point=None)
+
+
+def measure_in_process(argv: list[str]) -> None:
+    """Runs under the launcher: two real training steps, then the census of this rank."""
+    _, world, trainer = built_trainer(argv)
     batches = iter(trainer.streams)
     for _ in range(2):
         trainer.train_step(*next(batches))

@@ -6,7 +6,9 @@ import torch
 from txl_dist.model import TXLConfig
 from txl_dist.model.attention import (
     RelMultiHeadAttention,
+    attention_bias,
     attention_mask,
+    masked_scores,
     rel_shift,
     relative_distances,
     sinusoid_encoding,
@@ -54,9 +56,9 @@ def test_rel_shift_attention_equals_direct_pairs(clamp_len, same_length, m_len):
     u, v = torch.randn(3, 4), torch.randn(3, 4)
     k_len = m_len + 4
     pos_enc = sinusoid_encoding(relative_distances(k_len, clamp_len, h.device), 12)
-    allowed = attention_mask(4, m_len, config.mem_len, same_length, h.device)
+    mask = attention_bias(4, m_len, config.mem_len, same_length, h.device)
 
-    got = attn(h, mem, pos_enc, u, v, allowed)
+    got = attn(h, mem, pos_enc, u, v, mask)
     want = direct_attention(attn, h, mem, u, v, clamp_len, config.mem_len, same_length)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
@@ -76,3 +78,22 @@ def test_same_length_gives_every_query_mem_len_keys():
     assert allowed.sum(-1).tolist() == [6, 6, 6, 6]
     causal = attention_mask(q_len=4, m_len=6, mem_len=6, same_length=False, device="cpu")
     assert causal.sum(-1).tolist() == [7, 8, 9, 10]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_masked_scores_equal_scaling_then_masking_forward_and_backward(dtype):
+    """The attention scales and masks its position scores in one op; scaling then masking in
+    the scores' dtype is the definition, so both agree exactly, bf16 included."""
+    torch.manual_seed(0)
+    q_len, m_len, scale = 5, 7, 32**-0.5
+    allowed = attention_mask(q_len, m_len, 4, True, "cpu")
+    scores = torch.randn(2, 3, q_len, m_len + q_len, dtype=dtype)
+    grad = torch.randn(scores.shape, dtype=dtype).masked_fill(~allowed, 0)
+    fused, plain = scores.clone().requires_grad_(), scores.clone().requires_grad_()
+    got = masked_scores(fused, attention_bias(q_len, m_len, 4, True, "cpu"), scale)
+    want = (plain * scale).masked_fill(~allowed, float("-inf"))
+    got.backward(grad)
+    want.backward(grad)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(fused.grad, plain.grad, rtol=0, atol=0)

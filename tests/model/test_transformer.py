@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from txl_dist.model import TransformerXL, TXLConfig
+from txl_dist.model.transformer import segment_constants
 
 
 def small_config(**overrides) -> TXLConfig:
@@ -126,3 +127,34 @@ def test_set_lengths_changes_context_at_eval_time():
     mems = model(tokens(1, 6, seed=1), mems=mems).mems
     assert mems[0].shape == (1, 9, 16)
     assert model.config.same_length and model.config.clamp_len == 3
+
+
+def test_segment_constants_are_made_once_per_lengths_and_change_no_loss():
+    """Masks and position encodings are reused across steps of the same lengths; training
+    with them gives the losses and gradients of making them afresh each step."""
+    config = small_config(dropout=0.0, mem_len=4)  # no dropout: pos_enc itself is saved
+
+    def train(fresh_each_step: bool) -> tuple[list[float], list[torch.Tensor]]:
+        torch.manual_seed(0)
+        model = TransformerXL(config).train()
+        losses, mems = [], None
+        for step in range(3):
+            if fresh_each_step:
+                segment_constants.cache_clear()
+            out = model(tokens(2, 6, seed=step), tokens(2, 6, seed=10 + step), mems)
+            out.loss.mean().backward()
+            losses.append(out.loss.mean().item())
+            mems = out.mems
+        return losses, [p.grad for p in model.parameters()]
+
+    segment_constants.cache_clear()
+    with torch.inference_mode():  # an evaluation makes them first: still usable in training
+        TransformerXL(config).eval()(tokens(2, 6))
+        TransformerXL(config).eval()(tokens(2, 6), mems=[torch.zeros(2, 4, 16)] * 2)
+    reused, reused_grads = train(fresh_each_step=False)
+    info = segment_constants.cache_info()
+    assert (info.misses, info.hits) == (2, 3)  # no memory, then mem_len 4: made once each
+    fresh, fresh_grads = train(fresh_each_step=True)
+    assert reused == fresh
+    for a, b in zip(reused_grads, fresh_grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -7,10 +7,13 @@ D head size. The score of query i and key j is, with R the sinusoid of the dista
 
 (a)+(c) is one product of (q + u) with the keys, which scaled_dot_product_attention computes;
 (b)+(d) is (q + v) against the projected relative encodings, realigned by `rel_shift` and passed
-in as the additive attention bias together with the causal / same-length mask.
+in as the additive attention bias together with the causal / same-length mask (`attention_bias`,
+added in the same pass that scales the scores).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +54,22 @@ def attention_mask(
     return allowed
 
 
+def attention_bias(q_len: int, m_len: int, mem_len: int, same_length: bool, device) -> Tensor:
+    """[Q, K] float32 additive mask: 0 where `attention_mask` allows, -inf elsewhere."""
+    allowed = attention_mask(q_len, m_len, mem_len, same_length, device)
+    return torch.zeros(allowed.shape, device=device).masked_fill(~allowed, -math.inf)
+
+
+def masked_scores(scores: Tensor, mask: Tensor, scale: float) -> Tensor:
+    """`scores * scale` where `mask` (attention_bias) allows, -inf elsewhere, in scores' dtype.
+
+    One pass over [B, H, Q, K] forward and backward instead of scaling and then masking.
+    Adding 0 is exact, and the float32 mask makes the sum float32, so the scale is applied in
+    float32 and rounded once, as scaling in bf16 does (torch.add would round alpha to bf16).
+    """
+    return torch.add(mask, scores, alpha=scale).to(scores.dtype)
+
+
 def rel_shift(scores: Tensor) -> Tensor:
     """Realign position scores: out[..., i, j] = scores[..., i, j + Q - 1 - i] for j <= i + M.
 
@@ -87,9 +106,10 @@ class RelMultiHeadAttention(nn.Module):
         pos_enc: Tensor,
         r_w_bias: Tensor,
         r_r_bias: Tensor,
-        allowed: Tensor,
+        mask: Tensor,
     ) -> Tensor:
-        """h [B, Q, d_model], mem [B, M, d_model], pos_enc [K, d_model], allowed [Q, K] bool."""
+        """h [B, Q, d_model], mem [B, M, d_model], pos_enc [K, d_model], mask [Q, K]
+        (attention_bias)."""
         b, q_len, _ = h.shape
         context = torch.cat([mem, h], dim=1)  # [B, K, d_model]
         if self.pre_lnorm:
@@ -111,7 +131,7 @@ class RelMultiHeadAttention(nn.Module):
 
         # Terms (b)+(d): [B, H, Q, D] @ [H, D, K] -> [B, H, Q, K], then realigned by distance.
         position_scores = rel_shift(torch.matmul(query + r_r_bias[:, None], r_key))
-        bias = (position_scores * self.scale).masked_fill(~allowed, float("-inf"))  # [B, H, Q, K]
+        bias = masked_scores(position_scores, mask, self.scale)  # [B, H, Q, K]
 
         # Terms (a)+(c) inside SDPA: softmax((q + u) k^T * scale + bias) @ v -> [B, H, Q, D]
         attended = F.scaled_dot_product_attention(

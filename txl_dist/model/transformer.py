@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from torch import Tensor, nn
 from txl_dist.model.adaptive import AdaptiveEmbedding, AdaptiveLogSoftmax
 from txl_dist.model.attention import (
     RelMultiHeadAttention,
-    attention_mask,
+    attention_bias,
     relative_distances,
     sinusoid_encoding,
 )
@@ -76,8 +77,8 @@ class DecoderLayer(nn.Module):
         self.dec_attn = RelMultiHeadAttention(config)
         self.pos_ff = FeedForward(config)
 
-    def forward(self, h, mem, pos_enc, r_w_bias, r_r_bias, allowed) -> Tensor:
-        return self.pos_ff(self.dec_attn(h, mem, pos_enc, r_w_bias, r_r_bias, allowed))
+    def forward(self, h, mem, pos_enc, r_w_bias, r_r_bias, mask) -> Tensor:
+        return self.pos_ff(self.dec_attn(h, mem, pos_enc, r_w_bias, r_r_bias, mask))
 
 
 class TransformerXL(nn.Module):
@@ -200,17 +201,16 @@ class TransformerXL(nn.Module):
         m_len = mems[0].size(1)
         device = input_ids.device
 
-        allowed = attention_mask(q_len, m_len, cfg.mem_len, cfg.same_length, device)  # [Q, K]
-        distances = relative_distances(m_len + q_len, cfg.clamp_len, device)  # [K]
         # In the parameters' dtype: DeepSpeed's bf16/fp16 engines cast the whole module.
-        pos_enc = sinusoid_encoding(distances, cfg.d_model).to(self.r_w_bias.dtype)
+        lengths = (q_len, m_len, cfg.mem_len, cfg.same_length, cfg.clamp_len, cfg.d_model)
+        mask, pos_enc = segment_constants(*lengths, self.r_w_bias.dtype, device)
         pos_enc = self.drop(pos_enc)  # [K, d_model]
 
         h = self.drop(self.word_emb(input_ids))  # [B, Q, d_model]
         layer_inputs = []
         for layer, mem in zip(self.layers, mems):
             layer_inputs.append(h)
-            h = layer(h, mem, pos_enc, self.r_w_bias, self.r_r_bias, allowed)
+            h = layer(h, mem, pos_enc, self.r_w_bias, self.r_r_bias, mask)
         new_mems = self._update_mems(layer_inputs, mems)
         hidden = self.drop(h).reshape(batch * q_len, cfg.d_model)
 
@@ -292,6 +292,29 @@ class TransformerXL(nn.Module):
         model.load_state_dict(weights, strict=False, assign=True)
         model.tie_weights()
         return model.eval()
+
+
+@functools.lru_cache(maxsize=16)
+def segment_constants(
+    q_len: int,
+    m_len: int,
+    mem_len: int,
+    same_length: bool,
+    clamp_len: int,
+    d_model: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> tuple[Tensor, Tensor]:
+    """(attention mask [Q, K], position encodings [K, d_model]) of a segment's lengths.
+
+    Made once per lengths, not per step: training repeats two lengths (the first segment
+    without memory, then mem_len), evaluation a few more. Callers never write into them.
+    Never inference tensors (an evaluation may be the first to make them), never in a graph.
+    """
+    with torch.inference_mode(False), torch.no_grad():
+        mask = attention_bias(q_len, m_len, mem_len, same_length, device)
+        distances = relative_distances(m_len + q_len, clamp_len, device)
+        return mask, sinusoid_encoding(distances, d_model).to(dtype)
 
 
 VOCAB_FILE = "vocab.txt"
