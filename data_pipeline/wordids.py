@@ -224,6 +224,8 @@ EXOTIC_LEAD[[0x1C, 0x1D, 0x1E, 0x1F, 0xC2, 0xE1, 0xE2, 0xE3]] = True
 
 def has_exotic_space(data: bytes) -> bool:
     """``corpora.EXOTIC_SPACE.search(data)`` as array tests on the few candidate lead bytes."""
+    if data.isascii():  # then only the separators \x1c-\x1f can be there: four memchr scans
+        return any(sep in data for sep in (b"\x1c", b"\x1d", b"\x1e", b"\x1f"))
     a = np.frombuffer(data + b"\0\0", np.uint8)
     lead = np.flatnonzero(EXOTIC_LEAD[a[:-2]])
     b0, b1, b2 = a[lead], a[lead + 1], a[lead + 2]
