@@ -217,24 +217,28 @@ class WordTable:
         return ids, marks
 
 
-# Lead bytes of the whitespace str.split() knows and bytes.split() does not (corpora.EXOTIC_SPACE).
+# Lead bytes of the multi-byte whitespace str.split() knows and bytes.split() does not
+# (corpora.EXOTIC_SPACE; its one-byte ones are \x1c-\x1f).
 EXOTIC_LEAD = np.zeros(256, bool)
-EXOTIC_LEAD[[0x1C, 0x1D, 0x1E, 0x1F, 0xC2, 0xE1, 0xE2, 0xE3]] = True
+EXOTIC_LEAD[[0xC2, 0xE1, 0xE2, 0xE3]] = True
 
 
 def has_exotic_space(data: bytes) -> bool:
-    """``corpora.EXOTIC_SPACE.search(data)`` as array tests on the few candidate lead bytes."""
-    if data.isascii():  # then only the separators \x1c-\x1f can be there: four memchr scans
-        return any(sep in data for sep in (b"\x1c", b"\x1d", b"\x1e", b"\x1f"))
+    """``corpora.EXOTIC_SPACE.search(data)`` by memchr scans for \x1c-\x1f, then array tests on
+    the few candidate lead bytes among the non-ASCII bytes (none in ASCII text)."""
+    if any(sep in data for sep in (b"\x1c", b"\x1d", b"\x1e", b"\x1f")):
+        return True
+    if data.isascii():
+        return False
     a = np.frombuffer(data + b"\0\0", np.uint8)
-    lead = np.flatnonzero(EXOTIC_LEAD[a[:-2]])
+    lead = np.flatnonzero(a[:-2] >= 0xC2)  # lead bytes of multi-byte characters (and the like)
+    lead = lead[EXOTIC_LEAD[a[lead]]]
     b0, b1, b2 = a[lead], a[lead + 1], a[lead + 2]
     e2_80_third = ((b2 >= 0x80) & (b2 <= 0x8A)) | np.isin(b2, (0xA8, 0xA9, 0xAF))
     e2_80 = (b0 == 0xE2) & (b1 == 0x80) & e2_80_third
     return bool(
         (
-            (b0 < 0x20)
-            | ((b0 == 0xC2) & ((b1 == 0x85) | (b1 == 0xA0)))
+            ((b0 == 0xC2) & ((b1 == 0x85) | (b1 == 0xA0)))
             | ((b0 == 0xE1) & (b1 == 0x9A) & (b2 == 0x80))
             | e2_80
             | ((b0 == 0xE2) & (b1 == 0x81) & (b2 == 0x9F))
