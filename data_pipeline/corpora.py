@@ -62,6 +62,10 @@ ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 # A character that never occurs in text corpora; it stands for a line end while splitting.
 MARK = b"\x00"
 TITLE_BOUNDARY = re.compile(rb"^ \r?\n = [^=\r\n][^\r\n]*[^=\r\n] = \r?\n(?= \r?\n)", re.M)
+# TITLE_BOUNDARY as the newline before it (only that consumed, so back-to-back titles both
+# match): a literal first byte lets re jump between line ends where "^" tries every byte (over a
+# whole piece, 15x slower).
+TITLE_AFTER_NEWLINE = re.compile(b"\n(?=" + TITLE_BOUNDARY.pattern.removeprefix(b"^") + b")", re.M)
 BLANK_RUN = re.compile(rb"\n(?:[ \t\x0b\x0c]*\n)+")
 EMPTY_LINE = re.compile(rb"\n\r?\n")
 # Whitespace to str.split() that bytes.split() does not know, as UTF-8 and as text.
@@ -609,9 +613,9 @@ def encode_lines(data: bytes, tokenize: Tokenizer, doc_starts_at_lines: list[int
 def encode_wikitext(data: bytes, tokenize: Tokenizer) -> EncodedChunk:
     """WikiText lines + ``<eos>``; articles start at title boundaries."""
     lines, pos, doc_lines = 0, 0, []
-    for m in TITLE_BOUNDARY.finditer(data, 1):
-        lines += data.count(b"\n", pos, m.start())
-        pos = m.start()
+    for m in TITLE_AFTER_NEWLINE.finditer(data):
+        lines += data.count(b"\n", pos, m.start() + 1)
+        pos = m.start() + 1
         doc_lines.append(lines)
     return encode_lines(data, tokenize, doc_lines)
 
