@@ -154,9 +154,9 @@ def family(dataset: str) -> str:
 class EncodedChunk:
     """Tokens of a run of whole documents: ids local to the chunk, or a vocabulary's."""
 
-    words: list[str] | None
-    """Distinct words in first-appearance order, local id i is words[i]; None when the ids are
-    a vocabulary's."""
+    words: list[bytes] | None
+    """Distinct words (UTF-8) in first-appearance order, local id i is words[i]; None when the
+    ids are a vocabulary's."""
     ids: np.ndarray
     """int32 local or vocabulary id of every token, in corpus order."""
     doc_lengths: np.ndarray
@@ -676,7 +676,8 @@ def encode_range(
     if kind in charlevel.TOKENIZERS:  # bytes, not lines of text
         words, ids = charlevel.TOKENIZERS[kind](data, url) if data else ([], np.zeros(0, np.int32))
         lengths = np.asarray([len(ids)] if len(ids) else [], np.int64)
-        return in_vocab(EncodedChunk(words, ids, lengths, stop - start), vocab)
+        chunk = EncodedChunk([w.encode() for w in words], ids, lengths, stop - start)
+        return in_vocab(chunk, vocab)
     if MARK in data:
         raise CorpusFormatError(f"{url}: bytes {first}-{last} hold a NUL character: not text")
     tokenize = tokenizer(vocab)
@@ -684,13 +685,9 @@ def encode_range(
         data = normalized(data)
         if data and not data.endswith(b"\n"):
             data += b"\n"  # the final line of a file without a trailing newline
-        if tokenize is not local_tokens and not data.isascii():
-            data.decode("utf-8")  # vocabulary ids never decode the words: check the text here
+        if not data.isascii():  # words are cut at ASCII bytes: UTF-8 text gives UTF-8 words
+            data.decode("utf-8")
         chunk = ENCODERS[kind](data, tokenize) if data.strip() else EncodedChunk.empty()
-        if chunk.words is not None:
-            # One decode for all words (a space never occurs inside one, nor joins two bad
-            # halves).
-            chunk.words = b" ".join(chunk.words).decode("utf-8").split(" ") if chunk.words else []
     except UnicodeDecodeError as err:
         raise CorpusFormatError(f"{url}: bytes {first}-{last} are not UTF-8 text: {err}") from err
     chunk.source_bytes = stop - start
@@ -701,5 +698,6 @@ def in_vocab(chunk: EncodedChunk, vocab: Vocab | None) -> EncodedChunk:
     """The chunk in ``vocab``'s ids (as it is without a vocabulary or if it has them already)."""
     if vocab is None or chunk.words is None:
         return chunk
-    ids, oov_tokens = vocab.encode_local(chunk.words, chunk.ids)
+    words = b" ".join(chunk.words).decode("utf-8").split(" ") if chunk.words else []
+    ids, oov_tokens = vocab.encode_local(words, chunk.ids)
     return EncodedChunk(None, ids, chunk.doc_lengths, chunk.source_bytes, oov_tokens)

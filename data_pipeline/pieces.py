@@ -59,7 +59,7 @@ def count_piece(kind: str, piece: Piece, storage_options: dict) -> PieceCounts:
     """Word counts of the documents that start in a piece."""
     chunk = corpora.encode_range(kind, *piece, storage_options)
     counts = np.bincount(chunk.ids, minlength=len(chunk.words)).astype(np.int64)
-    return PieceCounts(" ".join(chunk.words).encode("utf-8"), counts, chunk.source_bytes)
+    return PieceCounts(b" ".join(chunk.words), counts, chunk.source_bytes)
 
 
 def encode_piece(kind: str, piece: Piece, storage_options: dict) -> PieceIds:
