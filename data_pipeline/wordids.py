@@ -9,6 +9,11 @@ one dict lookup per token, kept as the fallback) but costs a few array passes an
 3. a 64-bit mix of the key, whose top bits sorted together with the word's position group equal
    words, each group starting at its first appearance;
 4. a check that every group holds one key (a hash collision falls back to the dict: exact).
+
+``WordTable`` maps words to a fixed vocabulary's ids: an open-addressing hash table of the same
+exact keys, probed for every token at once. Encoding with a vocabulary (``text_ids``) so needs
+neither the sort nor a Python object per word: steps 1 and 2, then one or two array gathers per
+token.
 """
 
 from __future__ import annotations
