@@ -178,6 +178,7 @@ class Job:
         self.fs, self.out_path = fsspec.core.url_to_fs(self.out, **out_options)
         self.records = Records(self.fs, self.out_path)
         self.voc: Vocab | None = None  # once found or built
+        self.saved_vocab: str | None = None  # sha256 of the vocab.txt this job wrote or read
         identity = file_identity(vocab, source_options) if vocab else None
         spec = {"min_count": self.min_count, "vocab": identity, "unit_bytes": options.unit_bytes}
         self.fingerprints = {s: self.fingerprint(s, spec) for s in self.files}
@@ -295,13 +296,15 @@ class Job:
 
     def save_vocab(self, voc: Vocab) -> None:
         """Write vocab.txt unless the same vocabulary is already there."""
-        if (
+        if self.saved_vocab == voc.sha256:  # this job wrote or read it (spares a reload)
+            return
+        if not (
             self.fs.exists(f"{self.out_path}/{VOCAB_FILE}")
             and Vocab.load(vocab_url(self.out), self.out_options).sha256 == voc.sha256
         ):
-            return
-        self.fs.makedirs(self.out_path, exist_ok=True)
-        voc.save(vocab_url(self.out), self.out_options)
+            self.fs.makedirs(self.out_path, exist_ok=True)
+            voc.save(vocab_url(self.out), self.out_options)
+        self.saved_vocab = voc.sha256
 
     # ------------------------------------------------------------ shards and manifests
 
