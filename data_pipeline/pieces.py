@@ -5,7 +5,6 @@ to the main process, whose memory so never depends on how much text passes throu
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -60,25 +59,13 @@ def count_piece(kind: str, piece: Piece, storage_options: dict) -> PieceCounts:
     """Word counts of the documents that start in a piece."""
     chunk = corpora.encode_range(kind, *piece, storage_options)
     counts = np.bincount(chunk.ids, minlength=len(chunk.words)).astype(np.int64)
-    return PieceCounts(" ".join(chunk.words).encode("utf-8"), counts, chunk.source_bytes)
+    return PieceCounts(b" ".join(chunk.words), counts, chunk.source_bytes)
 
 
 def encode_piece(kind: str, piece: Piece, storage_options: dict) -> PieceIds:
     """Ids (in the vocabulary set by set_vocab) of the documents that start in a piece."""
-    chunk = corpora.encode_range(kind, *piece, storage_options)
-    table = _vocab.lookup_table(chunk.words)
-    oov = np.count_nonzero(oov_mask(chunk.words, table, _vocab)[chunk.ids])
-    return PieceIds(table[chunk.ids], chunk.doc_lengths, int(oov), chunk.source_bytes)
-
-
-def oov_mask(words: list[str], table: np.ndarray, voc: Vocab) -> np.ndarray:
-    """True for words the vocabulary maps to its unknown token but that are not that token."""
-    if voc.unk is None:
-        return np.zeros(len(words), bool)
-    mask = table == voc.index[voc.unk]
-    with contextlib.suppress(ValueError):  # words are distinct: the unknown token once at most
-        mask[words.index(voc.unk)] = False
-    return mask
+    chunk = corpora.encode_range(kind, *piece, storage_options, vocab=_vocab)
+    return PieceIds(chunk.ids, chunk.doc_lengths, chunk.oov_tokens, chunk.source_bytes)
 
 
 def run_pieces(

@@ -32,7 +32,8 @@ s3fs also honours the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRE
 
 Speed: ``--workers`` processes each read and tokenize ~4 MiB pieces of the files (ends moved to
 document boundaries) and send back only counts per distinct word, or final int32 ids; the main
-process merges counts or writes shards.
+process merges counts or writes shards. Encoding maps every token straight to its vocabulary id
+through a hash table of exact word keys (wordids.WordTable): no sort, no Python object per word.
 """
 
 from __future__ import annotations
@@ -177,6 +178,7 @@ class Job:
         self.fs, self.out_path = fsspec.core.url_to_fs(self.out, **out_options)
         self.records = Records(self.fs, self.out_path)
         self.voc: Vocab | None = None  # once found or built
+        self.saved_vocab: str | None = None  # sha256 of the vocab.txt this job wrote or read
         identity = file_identity(vocab, source_options) if vocab else None
         spec = {"min_count": self.min_count, "vocab": identity, "unit_bytes": options.unit_bytes}
         self.fingerprints = {s: self.fingerprint(s, spec) for s in self.files}
@@ -294,13 +296,15 @@ class Job:
 
     def save_vocab(self, voc: Vocab) -> None:
         """Write vocab.txt unless the same vocabulary is already there."""
-        if (
+        if self.saved_vocab == voc.sha256:  # this job wrote or read it (spares a reload)
+            return
+        if not (
             self.fs.exists(f"{self.out_path}/{VOCAB_FILE}")
             and Vocab.load(vocab_url(self.out), self.out_options).sha256 == voc.sha256
         ):
-            return
-        self.fs.makedirs(self.out_path, exist_ok=True)
-        voc.save(vocab_url(self.out), self.out_options)
+            self.fs.makedirs(self.out_path, exist_ok=True)
+            voc.save(vocab_url(self.out), self.out_options)
+        self.saved_vocab = voc.sha256
 
     # ------------------------------------------------------------ shards and manifests
 

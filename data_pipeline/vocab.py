@@ -13,6 +13,7 @@ reloaded from another file with the same tokens in the same order has the same h
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Iterable, Sequence
 
@@ -59,6 +60,33 @@ class Vocab:
                 f"({UNK_WIKI} or {UNK_LM1B}); build the vocabulary from data that contains them"
             )
         return table
+
+    def encode_local(self, words: list[str], ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """Ids of tokens given as indices into ``words`` (distinct words), and how many of
+        them are words this vocabulary lacks (mapped to the unknown token, not being it)."""
+        table = self.lookup_table(words)
+        unknown = np.zeros(len(words), bool)
+        if self.unk is not None:
+            unknown = table == self.index[self.unk]
+            with contextlib.suppress(ValueError):  # distinct words: the unknown token once at most
+                unknown[words.index(self.unk)] = False
+        return table[ids], int(np.count_nonzero(unknown[ids]))
+
+    def encode_text(self, text: bytes, mark_word: str) -> tuple[np.ndarray, np.ndarray, int]:
+        """Ids of the words of UTF-8 ``text`` split on ASCII whitespace, the positions of its
+        NUL words (line marks, given ``mark_word``'s id) and how many words it lacks (as in
+        encode_local); only where ``self.table.usable()``."""
+        ids, marks = self.table.text_ids(text)
+        ids[marks] = self.index.get(mark_word, -1)
+        missing = ids < 0
+        oov_tokens = int(np.count_nonzero(missing))
+        if oov_tokens:
+            if self.unk is None:  # lookup_table names the missing words and raises
+                words = text.split()
+                named = (words[j].decode() for j in np.flatnonzero(missing).tolist())
+                self.lookup_table(list(dict.fromkeys(mark_word if w == "\0" else w for w in named)))
+            ids[missing] = self.index[self.unk]
+        return ids, marks, oov_tokens
 
     def encode(self, words: Iterable[str]) -> np.ndarray:
         """Ids of a sequence of words (int32)."""

@@ -9,6 +9,11 @@ one dict lookup per token, kept as the fallback) but costs a few array passes an
 3. a 64-bit mix of the key, whose top bits sorted together with the word's position group equal
    words, each group starting at its first appearance;
 4. a check that every group holds one key (a hash collision falls back to the dict: exact).
+
+``WordTable`` maps words to a fixed vocabulary's ids: an open-addressing hash table of the same
+exact keys, probed for every token at once. Encoding with a vocabulary (``text_ids``) so needs
+neither the sort nor a Python object per word: steps 1 and 2, then one or two array gathers per
+token.
 """
 
 from __future__ import annotations
@@ -34,11 +39,16 @@ def first_appearance_ids(words: list[bytes]) -> tuple[list[bytes], np.ndarray]:
     return list(index), ids
 
 
+def word_bounds(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the words of ``a`` (bytes) split on ASCII whitespace."""
+    edges = np.flatnonzero(np.diff(SPACE[a], prepend=True, append=True))
+    return edges[0::2], edges[1::2]
+
+
 def split_ids(text: bytes) -> tuple[list[bytes], np.ndarray]:
     """``first_appearance_ids(text.split())``, vectorized."""
     a = np.frombuffer(text, np.uint8)
-    edges = np.flatnonzero(np.diff(SPACE[a], prepend=True, append=True))
-    starts, ends = edges[0::2], edges[1::2]
+    starts, ends = word_bounds(a)
     if not 0 < len(starts) < 1 << POS_BITS:
         return first_appearance_ids(text.split())
     k0, k1 = word_keys(text, a, starts, ends)
@@ -108,8 +118,7 @@ def keys_of(words: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray] |
     or NUL (then only a dict is exact)."""
     text = " ".join(words).encode("utf-8")
     a = np.frombuffer(text, np.uint8)
-    edges = np.flatnonzero(np.diff(SPACE[a], prepend=True, append=True))
-    starts, ends = edges[0::2], edges[1::2]
+    starts, ends = word_bounds(a)
     if len(starts) != len(words) or b"\0" in text:
         return None
     k0, k1 = word_keys(text, a, starts, ends)
@@ -117,66 +126,124 @@ def keys_of(words: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray] |
 
 
 class WordTable:
-    """A vectorized ``dict.get`` over a fixed word list: exact keys found by sorted hashes."""
+    """A vectorized ``dict.get`` over a fixed word list: an open-addressing hash table of the
+    exact 16-byte keys of its words (longer words, and lists a key cannot hold, use the dict)."""
 
     def __init__(self, index: dict[str, int]):
         self.index = index
         self.built = False
-        self.hashes: np.ndarray | None = None  # sorted; None: look words up in the dict
+        self.k0: np.ndarray | None = None  # k0 of each slot's word; None: only the dict answers
 
     def build(self) -> None:
-        """Hash the words (about 1 s per 1M words; get() does it for long queries)."""
+        """Hash the words into the table (about 1 s per 1M words; get() does it for long
+        queries). Slots hold at most half of the words: probe runs stay short."""
         self.built = True
         keys = keys_of(list(self.index))
         if keys is None:
             return
         k0, k1, long = keys
         short = np.flatnonzero(~long)
-        hashes = mix(k0[short], k1[short])
-        order = np.argsort(hashes)
-        self.ids = short[order].astype(np.int32)
-        self.k0, self.k1 = k0[short][order], k1[short][order]
-        hashes = hashes[order]
-        if len(hashes) and not (hashes[1:] == hashes[:-1]).any():  # else two words share one
-            self.hashes = hashes
+        values = np.fromiter(self.index.values(), np.int32, len(self.index))
+        bits = max(2 * len(short) - 1, 1).bit_length()
+        self.shift, self.mask = np.uint64(64 - bits), (1 << bits) - 1
+        # One array per field: numpy gathers rows of a 2-D array several times slower.
+        self.k0, self.k1 = np.zeros(1 << bits, np.uint64), np.zeros(1 << bits, np.uint64)
+        self.ids = np.full(1 << bits, -1, np.int32)  # -1: an empty slot
+        todo, slots = short, self.slots(k0[short], k1[short])
+        while len(todo):  # each round, every free slot asked for takes the first word asking
+            free = np.flatnonzero(self.ids[slots] < 0)
+            taken, first = np.unique(slots[free], return_index=True)
+            won = todo[free[first]]
+            self.ids[taken], self.k0[taken], self.k1[taken] = values[won], k0[won], k1[won]
+            left = np.ones(len(todo), bool)
+            left[free[first]] = False
+            todo, slots = todo[left], (slots[left] + 1) & self.mask
+
+    def usable(self) -> bool:
+        """Whether the table holds the word list (builds it): text_ids needs it."""
+        if not self.built:
+            self.build()
+        return self.k0 is not None
+
+    def slots(self, k0: np.ndarray, k1: np.ndarray) -> np.ndarray:
+        """Home slot of each key (the top bits of its hash)."""
+        return (mix(k0, k1) >> self.shift).astype(np.int64)
+
+    def probe(self, k0: np.ndarray, k1: np.ndarray, default: int) -> np.ndarray:
+        """int32 id of each key, ``default`` where the table lacks it."""
+        slots = self.slots(k0, k1)
+        found = self.ids[slots]
+        hit = (self.k0[slots] == k0) & (self.k1[slots] == k1) & (found >= 0)
+        ids = np.where(hit, found, np.int32(default))
+        todo = np.flatnonzero(~hit & (found >= 0))
+        slots = slots[todo]
+        while len(todo):  # walk the rest along their runs of occupied slots to the key or a gap
+            slots = (slots + 1) & self.mask
+            found = self.ids[slots]
+            hit = (self.k0[slots] == k0[todo]) & (self.k1[slots] == k1[todo]) & (found >= 0)
+            ids[todo[hit]] = found[hit]
+            on = ~hit & (found >= 0)
+            todo, slots = todo[on], slots[on]
+        return ids
 
     def get(self, words: Sequence[str], default: int) -> np.ndarray:
         """int32 id of each word, ``default`` where the word is not in the table."""
         if not self.built and len(words) >= BUILD_AT:
             self.build()
-        keys = keys_of(words) if self.hashes is not None else None
+        keys = keys_of(words) if self.k0 is not None else None
         if keys is None:
             get = self.index.get
             return np.fromiter((get(w, default) for w in words), np.int32, len(words))
         k0, k1, long = keys
-        hashes = mix(k0, k1)
-        by_hash = np.argsort(hashes)  # sorted queries walk the table in order: cache friendly
-        i = np.empty(len(words), np.int64)
-        i[by_hash] = np.searchsorted(self.hashes, hashes[by_hash])
-        i = np.minimum(i, len(self.hashes) - 1)
-        hit = (self.hashes[i] == hashes) & (self.k0[i] == k0) & (self.k1[i] == k1) & ~long
-        ids = np.where(hit, self.ids[i], np.int32(default)).astype(np.int32)
+        ids = self.probe(k0, k1, default)
         for j in np.flatnonzero(long).tolist():
             ids[j] = self.index.get(words[j], default)
         return ids
 
+    def text_ids(self, text: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """Ids of the words of UTF-8 ``text`` split on ASCII whitespace (-1 where the table
+        lacks a word) and the positions of its NUL words, without one Python object per word;
+        only for a ``usable()`` table."""
+        if not self.usable():
+            raise ValueError("the word list has words a 16-byte key cannot hold: use get()")
+        a = np.frombuffer(text, np.uint8)
+        starts, ends = word_bounds(a)
+        k0, k1 = word_keys(text, a, starts, ends)
+        ids = self.probe(k0, k1, -1)
+        # Keys drop trailing NULs (as padding): words holding a NUL, other than the NUL word,
+        # are looked up in the dict, as are words over 16 bytes.
+        nul_words = np.searchsorted(starts, np.flatnonzero(a == 0), side="right") - 1
+        lone = ends[nul_words] - starts[nul_words] == 1
+        marks = nul_words[lone]
+        odd = np.union1d(np.flatnonzero(ends - starts > 16), nul_words[~lone])
+        get = self.index.get
+        for j, s, e in zip(odd.tolist(), starts[odd].tolist(), ends[odd].tolist()):
+            ids[j] = get(text[s:e].decode("utf-8"), -1)
+        return ids, marks
 
-# Lead bytes of the whitespace str.split() knows and bytes.split() does not (corpora.EXOTIC_SPACE).
+
+# Lead bytes of the multi-byte whitespace str.split() knows and bytes.split() does not
+# (corpora.EXOTIC_SPACE; its one-byte ones are \x1c-\x1f).
 EXOTIC_LEAD = np.zeros(256, bool)
-EXOTIC_LEAD[[0x1C, 0x1D, 0x1E, 0x1F, 0xC2, 0xE1, 0xE2, 0xE3]] = True
+EXOTIC_LEAD[[0xC2, 0xE1, 0xE2, 0xE3]] = True
 
 
 def has_exotic_space(data: bytes) -> bool:
-    """``corpora.EXOTIC_SPACE.search(data)`` as array tests on the few candidate lead bytes."""
+    """``corpora.EXOTIC_SPACE.search(data)`` by memchr scans for \x1c-\x1f, then array tests on
+    the few candidate lead bytes among the non-ASCII bytes (none in ASCII text)."""
+    if any(sep in data for sep in (b"\x1c", b"\x1d", b"\x1e", b"\x1f")):
+        return True
+    if data.isascii():
+        return False
     a = np.frombuffer(data + b"\0\0", np.uint8)
-    lead = np.flatnonzero(EXOTIC_LEAD[a[:-2]])
+    lead = np.flatnonzero(a[:-2] >= 0xC2)  # lead bytes of multi-byte characters (and the like)
+    lead = lead[EXOTIC_LEAD[a[lead]]]
     b0, b1, b2 = a[lead], a[lead + 1], a[lead + 2]
     e2_80_third = ((b2 >= 0x80) & (b2 <= 0x8A)) | np.isin(b2, (0xA8, 0xA9, 0xAF))
     e2_80 = (b0 == 0xE2) & (b1 == 0x80) & e2_80_third
     return bool(
         (
-            (b0 < 0x20)
-            | ((b0 == 0xC2) & ((b1 == 0x85) | (b1 == 0xA0)))
+            ((b0 == 0xC2) & ((b1 == 0x85) | (b1 == 0xA0)))
             | ((b0 == 0xE1) & (b1 == 0x9A) & (b2 == 0x80))
             | e2_80
             | ((b0 == 0xE2) & (b1 == 0x81) & (b2 == 0x9F))
