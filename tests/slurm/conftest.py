@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.integration import conftest as integration
-from tests.integration.runs import command, train_losses
+from tests.integration.runs import command, records, train_losses
 
 HERE = Path(__file__).parent
 NODE_ADDR = {"n1": "10.200.0.1", "n2": "10.200.0.2"}
@@ -134,3 +134,19 @@ def reference(cluster, wikitext, tmp_path_factory) -> tuple[Path, dict[str, str]
     sbatch = ["--ntasks-per-node=2", "--export=ALL,TXL_LAUNCHER=srun"]
     job_id = cluster.sbatch(out, sbatch, pretrain_args(out, wikitext, []))
     return out, cluster.wait_job(job_id, timeout=300)
+
+
+def assert_restarted_and_resumed_exactly(log: str, out: Path, reference: Path, host: str) -> None:
+    """Rank 0's first line after the restart names rank 1 on `host` (a regex), SIGKILLed, and
+    the checkpoint it resumes from; every step after that checkpoint trained exactly once more,
+    with the uninterrupted `reference` run's losses."""
+    line = re.search(
+        rf"restart 1 of at most 3: rank 1 \(node 1, host {host}\) was killed by SIGKILL .*; "
+        r"resuming from global_step(\d+) at step \1\n",
+        log,
+    )
+    assert line, log[-3000:]
+    saved = int(line.group(1))
+    resumed = {r["step"]: r["loss"] for r in records(out) if r["restart"] and "split" not in r}
+    assert list(resumed) == list(range(saved + 1, STEPS + 1))
+    assert resumed == {s: loss for s, loss in train_losses(reference).items() if s > saved}

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -21,8 +20,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.integration.runs import rank_pid, records, train_losses
-from tests.slurm.conftest import IFNAME, NODE_ADDR, STEPS, pretrain_args, steps_logged, wait_for
+from tests.integration.runs import rank_pid, train_losses
+from tests.slurm.conftest import (
+    IFNAME,
+    NODE_ADDR,
+    assert_restarted_and_resumed_exactly,
+    pretrain_args,
+    steps_logged,
+    wait_for,
+)
 
 MULTINODE = str(REPO_ROOT / "launch" / "multinode.sh")
 PORTS = itertools.count(29533)  # a fresh rendezvous port for every launch
@@ -87,16 +93,7 @@ def test_killed_rank_restarts_every_node_and_resumes_exactly(
     codes = finish(procs, timeout=300)  # both torchruns start their ranks again by themselves
     log = (tmp_path / "killed-node0.log").read_text()
     assert codes == [0, 0], log[-3000:]
-    line = re.search(
-        r"restart 1 of at most 3: rank 1 \(node 1, host \S+\) was killed by SIGKILL .*; "
-        r"resuming from global_step(\d+) at step \1\n",
-        log,
-    )
-    assert line, log[-3000:]
-    saved = int(line.group(1))
-    resumed = {r["step"]: r["loss"] for r in records(tmp_path) if r["restart"] and "split" not in r}
-    assert list(resumed) == list(range(saved + 1, STEPS + 1))
-    assert resumed == {s: loss for s, loss in train_losses(reference[0]).items() if s > saved}
+    assert_restarted_and_resumed_exactly(log, tmp_path, reference[0], host=r"\S+")
 
 
 def test_a_cut_link_ends_the_ranks_of_both_nodes_within_the_hang_timeout(

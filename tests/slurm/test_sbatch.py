@@ -11,7 +11,14 @@ import signal
 import time
 
 from tests.integration.runs import eval_ppl, rank_pid, records, train_losses
-from tests.slurm.conftest import FINISHED, STEPS, pretrain_args, steps_logged, wait_for
+from tests.slurm.conftest import (
+    FINISHED,
+    STEPS,
+    assert_restarted_and_resumed_exactly,
+    pretrain_args,
+    steps_logged,
+    wait_for,
+)
 
 # Two nodes x 1 task: the rendezvous crosses the namespaces; one thread per rank as in the
 # 1 node x 2 task reference, so the losses can match exactly.
@@ -120,17 +127,7 @@ def test_killed_rank_restarts_the_step_and_the_job_completes(
     assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
     assert job["Restarts"] == "0"  # restarted inside the allocation, not requeued
     assert "the training step failed (exit 1): restart 1 of 3 on the same nodes" in log
-    line = re.search(
-        r"restart 1 of at most 3: rank 1 \(node 1, host n2\) was killed by SIGKILL .*; "
-        r"resuming from global_step(\d+) at step \1\n",
-        log,
-    )
-    assert line, log[-3000:]
-    saved = int(line.group(1))
-    # Every step after the checkpoint trained exactly once more, with the uninterrupted losses.
-    resumed = {r["step"]: r["loss"] for r in records(out) if r["restart"] and "split" not in r}
-    assert list(resumed) == list(range(saved + 1, STEPS + 1))
-    assert resumed == {s: loss for s, loss in train_losses(reference[0]).items() if s > saved}
+    assert_restarted_and_resumed_exactly(log, out, reference[0], host="n2")
     assert {r["requeues"] for r in records(out)} == {0}  # a restart is not a requeue
 
 
