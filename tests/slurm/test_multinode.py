@@ -124,7 +124,9 @@ def test_a_cut_link_ends_the_ranks_of_both_nodes_within_the_hang_timeout(
     assert "[txl-dist] rank 0 hung: no progress in " in node0
     assert "not answering: rank 1 (last heard " in node0
     assert "[txl-dist] rank 1 hung: no progress in " in node1
-    assert f"torchrun's store at {NODE_ADDR['n1']}:" in node1  # node 0's agent holds it
+    # With restarts on, multinode.sh gives each start a fresh store (torchrun does not share its
+    # rendezvous store with the ranks): rank 0 holds it, across the cut link from node 1.
+    assert "rank 0 (store host) not answering" in node1
     assert hung < 10 + 10  # the timeout, heartbeats and a read that gets no answer
 
 
