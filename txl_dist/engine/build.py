@@ -109,12 +109,10 @@ FUSED_ADAM_DEVICES = ("cpu", "cuda")
 def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.Optimizer:
     o = config.optim
     kwargs = dict(lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
-    if o.name in ("adam", "adamw"):
-        kwargs["fused"] = get_accelerator().device_name() in FUSED_ADAM_DEVICES or None
-    if o.name == "adam":
-        return torch.optim.Adam(model.parameters(), **kwargs)
-    if o.name == "adamw":
-        return torch.optim.AdamW(model.parameters(), **kwargs)
+    adam = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}.get(o.name)
+    if adam is not None:
+        fused = get_accelerator().device_name() in FUSED_ADAM_DEVICES or None
+        return adam(model.parameters(), fused=fused, **kwargs)
     from deepspeed.ops.lamb import FusedLamb  # needs a GPU build of DeepSpeed's ops
 
     return FusedLamb(model.parameters(), **kwargs)
