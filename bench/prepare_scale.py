@@ -175,7 +175,7 @@ def main() -> None:
 
 def measure(src: Path, out: Path, mode: str, workers: int) -> str:
     """One txl-prepare run as a table row."""
-    cmd = [sys.executable, "-m", "data_pipeline.prepare", "--dataset", "lm1b", "--source",
+    cmd = [sys.executable, "-m", "data_pipeline", "--dataset", "lm1b", "--source",
            str(src), "--out", str(out), "--no-progress", "--workers", str(workers)]  # fmt: skip
     if mode == "vocab":
         cmd += ["--vocab", str(src / "1b_word_vocab.txt")]

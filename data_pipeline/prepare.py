@@ -590,7 +590,3 @@ def print_manifests(out: str, manifests: dict[str, Manifest]) -> None:
             f"vocab {m.vocab_size}, {m.oov_tokens} out-of-vocabulary"
             f" -> {redact_text(manifest_url(out, split))}"
         )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

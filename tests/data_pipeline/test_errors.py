@@ -116,7 +116,7 @@ def test_an_unreachable_source_is_not_called_missing(refused_url, tmp_path, caps
 
 def test_the_official_download_without_network_suggests_a_local_source(tmp_path):
     # A network namespace of its own: no route anywhere, as on a machine without internet.
-    argv = ["unshare", "--net", sys.executable, "-m", "data_pipeline.prepare"]
+    argv = ["unshare", "--net", sys.executable, "-m", "data_pipeline"]
     argv += ["--dataset", "wikitext-103", "--out", str(tmp_path / "out"), "--no-progress"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert proc.returncode != 0

@@ -64,7 +64,7 @@ def test_cli_writes_to_s3_configured_by_environment(shared_data, s3_endpoint):
         ["--verify", "s3://txl-cli/wt2"],
     ):
         done = subprocess.run(
-            [sys.executable, "-m", "data_pipeline.prepare", "--no-progress", *args],
+            [sys.executable, "-m", "data_pipeline", "--no-progress", *args],
             env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
