@@ -112,8 +112,8 @@ def prepare(
     """Prepare ``dataset`` from ``source`` into ``out``; returns each split's manifest.
 
     ``workers`` processes tokenize pieces of ``piece_bytes`` in parallel; shards hold up to
-    ``shard_size`` tokens in samples of up to ``sample_size`` tokens (whole documents, so a
-    longer document is a sample of its own) and never span two units of ``unit_bytes`` source
+    ``shard_size`` tokens in samples of up to ``sample_size`` tokens (whole documents; a longer
+    one is cut into consecutive samples) and never span two units of ``unit_bytes`` source
     bytes. Other arguments are the CLI's options. This is the whole-corpus part followed by the
     merge (twice when the vocabulary is built: count, build, then encode, write manifests),
     exactly what ``--part I/N`` jobs and ``--merge`` do on a cluster.
