@@ -271,7 +271,11 @@ class ShardSink:
 
     def add(self, tokens: np.ndarray, doc_lengths: np.ndarray) -> None:
         """Append whole documents; full samples are cut off as soon as possible."""
-        self.pending_tokens = np.concatenate([self.pending_tokens, tokens.astype(np.int32)])
+        tokens = tokens.astype(np.int32, copy=False)
+        # Not copied when nothing is pending: a whole-file corpus comes as one big document.
+        self.pending_tokens = (
+            np.concatenate([self.pending_tokens, tokens]) if len(self.pending_tokens) else tokens
+        )
         self.pending_lengths = np.concatenate([self.pending_lengths, doc_lengths])
         self.cut_samples(final=False)
 
