@@ -12,7 +12,14 @@ import pytest
 
 from data_pipeline.errors import ManifestError
 from data_pipeline.prepare import prepare
-from data_pipeline.shards import Manifest, ShardSink, load_manifest, manifest_url, verify
+from data_pipeline.shards import (
+    FORMAT_VERSION,
+    Manifest,
+    ShardSink,
+    load_manifest,
+    manifest_url,
+    verify,
+)
 from data_pipeline.streams import TokenStreams
 
 from . import paper_inputs as pi
@@ -66,6 +73,33 @@ def test_documents_around_a_cut_one_keep_whole_samples(shared_data, tmp_path):
     assert sum(s.documents for s in shards) == len(docs)
     read = np.concatenate([decoded_tokens(tmp_path, s) for s in shards])
     assert np.array_equal(read, ids[: sum(docs)])
+
+
+def test_shuffle_never_breaks_a_cut_document(shared_data, tmp_path):
+    """The long document's samples move as one and its pieces stay at their samples' ends, while
+    the short documents around it are shuffled."""
+    ids = np.frombuffer(pi.enwik8_bytes(shared_data), np.uint8).astype(np.int32)
+    docs = np.array([100, 5 * SAMPLE + 300, 30, 40, 50, 60, SAMPLE - 500, 7])
+    bounds = np.cumsum(docs)
+    sink = ShardSink(str(tmp_path), "mixed", SAMPLE, SHARD, fsspec.filesystem("file"))
+    sink.add(ids[: bounds[-1]], docs)
+    shards = sink.close()
+    manifest = Manifest(FORMAT_VERSION, "enwik8", "mixed", 256, "", int(bounds[-1]), len(docs),
+                        0, "", shards)  # fmt: skip
+    (tmp_path / "manifest.json").write_text(manifest.to_json())
+    long_doc = ids[bounds[0] : bounds[1]]
+    orders = set()
+    for seed in range(4):
+        stream = TokenStreams(str(tmp_path / "manifest.json"), 1, 1000, seed=seed,
+                              order="shuffle", tail=True)  # fmt: skip
+        inputs, targets = (np.concatenate([b[i][0].numpy() for b in stream]) for i in (0, 1))
+        tokens = np.append(inputs[:1], targets[targets >= 0])
+        assert sorted(tokens.tolist()) == sorted(ids[: bounds[-1]].tolist())
+        windows = np.lib.stride_tricks.sliding_window_view(tokens, 64)
+        at = np.flatnonzero((windows == long_doc[:64]).all(axis=1))
+        assert len(at) == 1 and np.array_equal(tokens[at[0] : at[0] + len(long_doc)], long_doc)
+        orders.add(tokens.tobytes())
+    assert len(orders) > 1
 
 
 def sample_lengths(root, shard) -> list[list[int]]:
