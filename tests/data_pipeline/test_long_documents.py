@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from data_pipeline.errors import ManifestError
-from data_pipeline.prepare import prepare
+from data_pipeline.prepare import main, prepare
 from data_pipeline.shards import (
     FORMAT_VERSION,
     Manifest,
@@ -162,3 +162,19 @@ def test_version_1_manifests_still_read_and_unknown_versions_say_rerun(layouts):
     raw["format_version"] = 3
     with pytest.raises(ManifestError, match=r"new\.json: format version 3, .* re-run txl-prepare"):
         Manifest.from_json(json.dumps(raw), "new.json")
+
+
+@pytest.mark.parametrize("sample, shard", [(0, 100), (200, 100)])
+def test_a_sample_size_that_cannot_be_cut_or_overflows_a_shard_is_a_usage_error(
+    sample, shard, tmp_path, capsys
+):
+    argv = ["--dataset", "enwik8", "--out", str(tmp_path), "--sample-size", str(sample),
+            "--shard-size", str(shard)]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert f"--sample-size {sample} must be at least 1 and at most --shard-size {shard}" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(ValueError, match="a shard holds whole samples"):
+        prepare("enwik8", str(tmp_path), sample_size=sample, shard_size=shard)
