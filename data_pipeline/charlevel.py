@@ -135,3 +135,11 @@ TOKENIZERS: dict[str, Callable[[bytes, str], tuple[list[str], np.ndarray]]] = {
     "enwik8": enwik8_tokens,
     "text8": text8_tokens,
 }
+
+
+def token_bytes(dataset: str, token: str) -> bytes:
+    """What a token of ``dataset`` stands for, the tokenizers undone: an enwik8 token is its
+    byte's decimal value, a text8 token its character (``_`` for a space)."""
+    if dataset == "enwik8":
+        return bytes([int(token)])
+    return b" " if token == "_" else token.encode()

@@ -112,8 +112,8 @@ def prepare(
     """Prepare ``dataset`` from ``source`` into ``out``; returns each split's manifest.
 
     ``workers`` processes tokenize pieces of ``piece_bytes`` in parallel; shards hold up to
-    ``shard_size`` tokens in samples of up to ``sample_size`` tokens (whole documents, so a
-    longer document is a sample of its own) and never span two units of ``unit_bytes`` source
+    ``shard_size`` tokens in samples of up to ``sample_size`` tokens (whole documents; a longer
+    one is cut into consecutive samples) and never span two units of ``unit_bytes`` source
     bytes. Other arguments are the CLI's options. This is the whole-corpus part followed by the
     merge (twice when the vocabulary is built: count, build, then encode, write manifests),
     exactly what ``--part I/N`` jobs and ``--merge`` do on a cluster.
@@ -146,7 +146,7 @@ class Options:
     shard_size: int
     """Most tokens in a shard."""
     sample_size: int
-    """Tokens per sample (whole documents; a longer document is a sample of its own)."""
+    """Most tokens in a sample (whole documents; a longer one is cut into samples)."""
     unit_bytes: int
     """Source bytes per unit: the grain of parts and restarts; no shard spans two units."""
     workers: int
@@ -155,6 +155,18 @@ class Options:
     """Source bytes per worker task."""
     progress: bool
     """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        check_layout(self.sample_size, self.shard_size)
+
+
+def check_layout(sample_size: int, shard_size: int) -> None:
+    """Refuse samples that could not be cut (< 1 token) or would overflow a shard."""
+    if not 1 <= sample_size <= shard_size:
+        raise ValueError(
+            f"--sample-size {sample_size} must be at least 1 and at most --shard-size "
+            f"{shard_size} (a shard holds whole samples)"
+        )
 
 
 class Job:
@@ -540,6 +552,10 @@ def main(argv: list[str] | None = None) -> int:
             parser().error("--dataset and --out are required (or --verify URL)")
         if args.part and args.merge:
             parser().error("--part and --merge are separate jobs: give one of them")
+        try:
+            check_layout(args.sample_size, args.shard_size)
+        except ValueError as err:
+            parser().error(str(err))
         try:
             part = parse_part(args.part) if args.part else None
         except ValueError as err:

@@ -9,8 +9,14 @@ A prepared dataset at ``ROOT`` (any fsspec URL) looks like::
 
 Each shard holds samples keyed ``NNNNNNNN`` with two members: ``lengths.npy`` (int32 token count
 of each document in the sample) and ``tokens.npy`` (int32 token ids of those documents,
-concatenated). A sample holds whole documents and a shard whole samples, so no document straddles
-two shards. Tars are written with a fixed mtime, so the same input gives byte-identical shards.
+concatenated). A sample holds whole documents of at most ``sample_tokens`` tokens in all, except
+that a longer document is cut into consecutive pieces (enwik8 and text8 are one document of ~90M
+tokens): it starts a sample, each of its pieces but the last fills one, and its last piece opens
+the sample that the next documents fill. A piece is an entry of ``lengths`` like a document;
+``sample_continues[i]`` says that sample i's first entry continues the last entry of the sample
+before it, so a reader needs only the samples its tokens lie in, and counts each document once.
+A shard holds whole samples (a cut document may go on in the next shard). Tars are written with
+a fixed mtime, so the same input gives byte-identical shards.
 
 Because the tar is uncompressed, the manifest can point straight at the raw little-endian int32
 payloads inside it: ``sample_offsets[i]`` is the byte offset of sample i's first token and
@@ -47,7 +53,10 @@ from data_pipeline.errors import (
 from data_pipeline.storage import DEFAULT_RETRY, Retry, filesystem
 from data_pipeline.vocab import Vocab
 
-FORMAT_VERSION = 1
+# 2: documents longer than a sample are cut (sample_continues). Version 1 data has no cut
+# document, so it reads as version 2 with sample_continues all 0 (its rerun re-prepares it).
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 TOKEN_BYTES = 4
 VOCAB_FILE = "vocab.txt"
 
@@ -75,17 +84,19 @@ class ShardInfo:
     tokens: int
     """Tokens in the shard."""
     documents: int
-    """Documents in the shard."""
+    """Documents that start in the shard."""
     sample_tokens: list[int] = field(default_factory=list)
     """Tokens of each sample."""
     sample_documents: list[int] = field(default_factory=list)
-    """Documents of each sample."""
+    """Entries of each sample's lengths: its documents and pieces of cut documents."""
     sample_offsets: list[int] = field(default_factory=list)
     """Byte offset of each sample's int32 token payload inside the tar."""
     lengths_offsets: list[int] = field(default_factory=list)
     """Byte offset of each sample's int32 document-length payload inside the tar."""
     sample_crc32: list[int] = field(default_factory=list)
     """CRC-32 of each sample's bytes [lengths offset, end of tokens)."""
+    sample_continues: list[int] = field(default_factory=list)
+    """1 where a sample's first entry continues the document that ends the sample before it."""
 
 
 @dataclass
@@ -126,11 +137,14 @@ class Manifest:
         try:
             raw = json.loads(text)
             version = raw.get("format_version")
-            if version != FORMAT_VERSION:
+            if version not in READABLE_VERSIONS:
                 raise ManifestError(
                     f"{url}: format version {version}, this reader understands "
-                    f"{FORMAT_VERSION}; re-run txl-prepare"
+                    f"{', '.join(map(str, READABLE_VERSIONS))}; re-run txl-prepare"
                 )
+            if version == 1:  # no document was cut
+                for shard in raw["shards"]:
+                    shard["sample_continues"] = [0] * len(shard["sample_tokens"])
             raw["shards"] = [ShardInfo(**s) for s in raw["shards"]]
             manifest = cls(**raw)
             check_manifest(manifest, url)
@@ -156,6 +170,8 @@ def check_manifest(manifest: Manifest, url: str) -> None:
         raise ManifestError(f"{url}: vocab_size, tokens and documents must be positive counts")
     for k, shard in enumerate(manifest.shards):
         _check_shard(shard, f"{url}: shard {k}")
+    if manifest.shards and manifest.shards[0].sample_continues[:1] == [1]:
+        raise ManifestError(f"{url}: its first sample continues a document before it")
     totals = [(s.tokens, s.documents) for s in manifest.shards]
     if tuple(map(sum, zip(*totals))) not in ((manifest.tokens, manifest.documents), ()):
         raise ManifestError(
@@ -177,10 +193,13 @@ def _check_shard(shard: ShardInfo, where: str) -> None:
         shard.sample_offsets,
         shard.lengths_offsets,
         shard.sample_crc32,
+        shard.sample_continues,
     )
     if len({len(c) for c in columns}) != 1:
         raise ManifestError(f"{where}: per-sample lists differ in length")
-    tokens, docs, starts, lengths_at, crcs = (np.asarray(c, dtype=np.int64) for c in columns)
+    tokens, docs, starts, lengths_at, crcs, cont = (np.asarray(c, np.int64) for c in columns)
+    if not np.isin(cont, (0, 1)).all() or (cont > docs).any():
+        raise ManifestError(f"{where}: sample_continues must be 0 or 1, and 0 without documents")
     counts = np.concatenate([[shard.bytes, shard.tokens, shard.documents], tokens, docs, crcs])
     if len(counts) and counts.min() < 0:
         raise ManifestError(f"{where}: negative count")
@@ -191,9 +210,10 @@ def _check_shard(shard: ShardInfo, where: str) -> None:
     if not ok.all():
         bad = int(np.argmin(ok))
         raise ManifestError(f"{where}: sample {bad}: offsets overlap or lie outside the shard")
-    if tokens.sum() != shard.tokens or docs.sum() != shard.documents:
+    starting = docs.sum() - cont.sum()
+    if tokens.sum() != shard.tokens or starting != shard.documents:
         raise ManifestError(
-            f"{where}: samples hold {tokens.sum()} tokens and {docs.sum()} documents, the shard "
+            f"{where}: samples hold {tokens.sum()} tokens and {starting} documents, the shard "
             f"says {shard.tokens} and {shard.documents}"
         )
 
@@ -224,6 +244,18 @@ def shard_url(manifest_url_: str, shard: ShardInfo) -> str:
 # ---------------------------------------------------------------- writing
 
 
+@dataclass
+class Sample:
+    """A sample on its way into a shard."""
+
+    tokens: np.ndarray
+    """int32 token ids."""
+    lengths: np.ndarray
+    """int32 length of each document or piece of a cut document."""
+    continues: bool
+    """The first entry continues the document that ends the sample before."""
+
+
 class ShardSink:
     """Packs documents into samples of about ``sample_tokens`` and samples into shards."""
 
@@ -233,44 +265,56 @@ class ShardSink:
         self.shards: list[ShardInfo] = []
         self.pending_tokens = np.zeros(0, np.int32)
         self.pending_lengths = np.zeros(0, np.int64)
-        self.samples: list[tuple[np.ndarray, np.ndarray]] = []
+        self.pending_continues = False  # pending's first entry is the rest of a cut document
+        self.samples: list[Sample] = []
         self.samples_tokens = 0
 
     def add(self, tokens: np.ndarray, doc_lengths: np.ndarray) -> None:
         """Append whole documents; full samples are cut off as soon as possible."""
-        self.pending_tokens = np.concatenate([self.pending_tokens, tokens.astype(np.int32)])
+        tokens = tokens.astype(np.int32, copy=False)
+        # Not copied when nothing is pending: a whole-file corpus comes as one big document.
+        self.pending_tokens = (
+            np.concatenate([self.pending_tokens, tokens]) if len(self.pending_tokens) else tokens
+        )
         self.pending_lengths = np.concatenate([self.pending_lengths, doc_lengths])
         self.cut_samples(final=False)
 
     def cut_samples(self, final: bool) -> None:
         """Move full samples (or, if ``final``, everything) from pending into shards."""
         ends = np.cumsum(self.pending_lengths)
-        start_doc, start_tok = 0, 0
-        while start_doc < len(ends) and (final or ends[-1] - start_tok >= self.sample_tokens):
-            # Last document that still fits; at least one, so long documents get their own sample.
-            stop = np.searchsorted(ends, start_tok + self.sample_tokens, side="right")
-            stop = max(stop, start_doc + 1)
-            end_tok = int(ends[stop - 1])
-            self.add_sample(
-                self.pending_tokens[start_tok:end_tok], self.pending_lengths[start_doc:stop]
-            )
-            start_doc, start_tok = stop, end_tok
+        start_doc, start_tok, size = 0, 0, self.sample_tokens
+        while start_doc < len(ends) and (final or ends[-1] - start_tok >= size):
+            stop = int(np.searchsorted(ends, start_tok + size, side="right"))  # docs that fit
+            if stop > start_doc:
+                end_tok, lengths = int(ends[stop - 1]), self.pending_lengths[start_doc:stop]
+                self.add_sample(self.pending_tokens[start_tok:end_tok], lengths)
+                self.pending_continues, start_doc, start_tok = False, stop, end_tok
+            else:  # a document longer than a sample: its next piece fills one
+                self.add_sample(self.pending_tokens[start_tok : start_tok + size], [size])
+                self.pending_continues, start_tok = True, start_tok + size
+                self.pending_lengths[start_doc] -= size  # ends keep their meaning
         self.pending_tokens = self.pending_tokens[start_tok:]
         self.pending_lengths = self.pending_lengths[start_doc:]
 
-    def add_sample(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+    def add_sample(self, tokens: np.ndarray, lengths) -> None:
         """Queue a sample, first closing the shard if the sample would overflow it."""
         if self.samples and self.samples_tokens + len(tokens) > self.shard_tokens:
             self.write_shard()
-        self.samples.append((tokens, lengths.astype(np.int32)))
+        self.samples.append(Sample(tokens, np.asarray(lengths, np.int32), self.pending_continues))
         self.samples_tokens += len(tokens)
 
     def write_shard(self) -> None:
         """Write the queued samples as the next shard tar and index it."""
         buf = io.BytesIO()
         with wds.TarWriter(buf, mtime=0) as tar:
-            for i, (tokens, lengths) in enumerate(self.samples):
-                tar.write({"__key__": f"{i:08d}", "lengths.npy": lengths, "tokens.npy": tokens})
+            for i, sample in enumerate(self.samples):
+                tar.write(
+                    {
+                        "__key__": f"{i:08d}",
+                        "lengths.npy": sample.lengths,
+                        "tokens.npy": sample.tokens,
+                    }
+                )
         data = buf.getvalue()
         name = f"{self.split}-{len(self.shards):06d}.tar"
         self.fs.pipe_file(f"{self.out_dir}/{name}", data)
@@ -300,11 +344,12 @@ def payload_offsets(data: bytes) -> list[int]:
     return offsets
 
 
-def index_shard(name: str, data: bytes, samples: list[tuple[np.ndarray, np.ndarray]]) -> ShardInfo:
+def index_shard(name: str, data: bytes, samples: list[Sample]) -> ShardInfo:
     """ShardInfo of a freshly written shard: members alternate lengths, tokens per sample."""
     offsets = payload_offsets(data)
     lengths_offsets, token_offsets = offsets[0::2], offsets[1::2]
-    sample_tokens = [len(t) for t, _ in samples]
+    sample_tokens = [len(s.tokens) for s in samples]
+    continues = [int(s.continues) for s in samples]
     crcs = [
         zlib.crc32(data[lo : to + TOKEN_BYTES * n])
         for lo, to, n in zip(lengths_offsets, token_offsets, sample_tokens)
@@ -314,12 +359,13 @@ def index_shard(name: str, data: bytes, samples: list[tuple[np.ndarray, np.ndarr
         bytes=len(data),
         sha256=hashlib.sha256(data).hexdigest(),
         tokens=sum(sample_tokens),
-        documents=sum(len(lens) for _, lens in samples),
+        documents=sum(len(s.lengths) for s in samples) - sum(continues),
         sample_tokens=sample_tokens,
-        sample_documents=[len(lens) for _, lens in samples],
+        sample_documents=[len(s.lengths) for s in samples],
         sample_offsets=token_offsets,
         lengths_offsets=lengths_offsets,
         sample_crc32=crcs,
+        sample_continues=continues,
     )
 
 

@@ -1,10 +1,13 @@
 """TokenStreams: per-rank batches whose rows are contiguous across steps, from sharded storage.
 
 Layout. An epoch is one virtual token array of length N: the split's samples concatenated in the
-epoch's order. ``order="corpus"`` keeps corpus order (WikiText); ``order="shuffle"`` (lm1b)
-permutes the samples and the documents inside each sample with a generator seeded by
+epoch's order. ``order="corpus"`` keeps corpus order (WikiText, enwik8); ``order="shuffle"``
+(lm1b) permutes the samples and the documents inside each sample with a generator seeded by
 ``(seed, epoch)`` (and the sample id), so each epoch is a new document order that every rank
-computes identically. There are G = world_size x rows_per_rank global rows; rank r owns rows
+computes identically. A document cut into pieces over several samples (shards.py) is never broken
+by the shuffle, as the reference's shuffled iterator never breaks a sentence: the samples it spans
+move as one, in order, and its pieces stay last and first in their samples. There are
+G = world_size x rows_per_rank global rows; rank r owns rows
 ``[r * rows_per_rank, (r + 1) * rows_per_rank)``.
 
 Training (``tail=False``): row g is ``[g*L, (g+1)*L)`` with ``L = N // G``; there are
@@ -122,10 +125,19 @@ class SampleTable:
         ).astype(np.int64)
         self.index_in_shard = np.concatenate([np.arange(len(s.sample_tokens)) for s in self.shards])
         self.tokens = np.concatenate([np.asarray(s.sample_tokens, np.int64) for s in self.shards])
+        self.continues = np.concatenate(
+            [np.asarray(s.sample_continues, np.int64) for s in self.shards]
+        ).astype(bool)
         self.vocab_size = manifest.vocab_size
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def cut_ends(self, sample: int) -> tuple[bool, bool]:
+        """Whether a sample's first entry continues the sample before and its last entry goes on
+        in the sample after (pieces of a cut document)."""
+        after = sample + 1 < len(self) and self.continues[sample + 1]
+        return bool(self.continues[sample]), bool(after)
 
     def byte_range(self, sample: int) -> tuple[int, int]:
         """[start, end) of a sample's lengths + tokens in its shard file."""
@@ -154,7 +166,7 @@ class EpochOrder:
         if order == "corpus":
             samples = np.arange(len(table))
         else:
-            samples = np.random.default_rng([seed, epoch]).permutation(len(table))
+            samples = shuffled_chains(table.continues, np.random.default_rng([seed, epoch]))
         starts = np.concatenate([[0], np.cumsum(table.tokens[samples])])
         return cls(epoch, samples, starts, seed if order == "shuffle" else None)
 
@@ -169,6 +181,16 @@ class EpochOrder:
                 max(start, base) - base,
                 min(stop, self.starts[j + 1]) - base,
             )
+
+
+def shuffled_chains(continues: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sample ids in a random order of chains (runs of samples joined by a cut document), each
+    chain's samples in corpus order; without cut documents, ``rng.permutation`` of the samples."""
+    heads = np.flatnonzero(~continues)
+    sizes = np.diff(np.append(heads, len(continues)))
+    perm = rng.permutation(len(heads))
+    first, size = heads[perm], sizes[perm]
+    return np.repeat(first - np.cumsum(size) + size, size) + np.arange(len(continues))
 
 
 class SampleReader:
@@ -188,7 +210,7 @@ class SampleReader:
         fetched = self.fetch(missing)
         cache = {i: self.cache[i] for i in needed if i in self.cache}
         for i, (tokens, lengths) in fetched.items():
-            cache[i] = shuffle_documents(tokens, lengths, order, i)
+            cache[i] = shuffle_documents(tokens, lengths, order, i, self.table.cut_ends(i))
         self.cache = cache
         return cache
 
@@ -252,13 +274,20 @@ def contiguous_runs(samples: list[int], shard_of: np.ndarray) -> list[list[int]]
 
 
 def shuffle_documents(
-    tokens: np.ndarray, lengths: np.ndarray, order: EpochOrder, sample: int
+    tokens: np.ndarray,
+    lengths: np.ndarray,
+    order: EpochOrder,
+    sample: int,
+    cut_ends: tuple[bool, bool] = (False, False),
 ) -> np.ndarray:
-    """A sample's tokens with its documents permuted for this epoch (as is for corpus order)."""
-    if order.shuffle_seed is None or len(lengths) < 2:
+    """A sample's tokens with its documents permuted for this epoch (as is for corpus order);
+    pieces of cut documents (``cut_ends``: first, last) stay where they join their neighbours."""
+    lo, hi = int(cut_ends[0]), len(lengths) - int(cut_ends[1])
+    if order.shuffle_seed is None or hi - lo < 2:
         return tokens
     rng = np.random.default_rng([order.shuffle_seed, order.epoch, sample])
-    perm = rng.permutation(len(lengths))
+    perm = np.arange(len(lengths))
+    perm[lo:hi] = lo + rng.permutation(hi - lo)
     starts = np.concatenate([[0], np.cumsum(lengths[:-1], dtype=np.int64)])
     new_lengths = lengths[perm].astype(np.int64)
     new_starts = np.concatenate([[0], np.cumsum(new_lengths[:-1])])

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from txl_dist.scores import score_of
+
 RECL_THRESHOLD = 0.01  # the paper's: stop when the relative perplexity gain falls below 1%
 
 
@@ -44,10 +46,17 @@ class SweepRow:
     """The most tokens a prediction is conditioned on (txl_dist.context.attention_length)."""
     loss: float
     """Mean NLL per scored token (nats)."""
-    ppl: float
-    """exp(loss)."""
+    ppl: float | None
+    """exp(loss), for word-level data (else None)."""
+    bpc: float | None
+    """Bits per character, loss / ln 2, for char-level data (else None)."""
     tokens: int
     """Tokens scored."""
+
+    @property
+    def score(self) -> tuple[str, float | None]:
+        """("ppl", value) or ("bpc", value), whichever the data's level gives."""
+        return score_of(dataclasses.asdict(self))
 
 
 def attention_length(tgt_len: int, mem_len: int, same_length: bool) -> int:
@@ -125,6 +134,8 @@ def recl(
 
 
 CSV_FIELDS = [f.name for f in dataclasses.fields(SweepRow)]
+# Sweeps written before bits per character: word-level, no bpc column.
+CSV_FIELDS_WITHOUT_BPC = [f for f in CSV_FIELDS if f != "bpc"]
 
 
 def write_csv(rows: list[SweepRow], path: str) -> None:
@@ -136,13 +147,16 @@ def write_csv(rows: list[SweepRow], path: str) -> None:
 
 def read_csv(path: str) -> list[SweepRow]:
     """Rows of a CSV written by `txl-eval --sweep-... --out`."""
-    types = {"int": int, "float": float, "str": str, "bool": lambda v: v == "True"}
+    types = {
+        "int": int, "float": float, "str": str, "bool": lambda v: v == "True",
+        "float | None": lambda v: float(v) if v else None,  # DictWriter writes None as ""
+    }  # fmt: skip
     kinds = {f.name: types[f.type] for f in dataclasses.fields(SweepRow)}
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames != CSV_FIELDS:
+        if reader.fieldnames not in (CSV_FIELDS, CSV_FIELDS_WITHOUT_BPC):
             raise ValueError(
                 f"{path} is not a txl-eval sweep CSV: its columns are {reader.fieldnames}, "
                 f"expected {CSV_FIELDS}; write it with txl-eval --sweep-mem-len ... --out FILE"
             )
-        return [SweepRow(**{k: kinds[k](v) for k, v in row.items()}) for row in reader]
+        return [SweepRow(**{k: kinds[k](row.get(k, "")) for k in CSV_FIELDS}) for row in reader]

@@ -22,15 +22,21 @@ DATA_FILE = "data.json"
 """What the model was trained on: {"dataset": name, "level": "char" or "word"}."""
 
 
-def export_level(model_dir: str) -> str:
-    """The level of the export's training data (data.json); word for an export without one
-    (written before char-level data, or by save_pretrained alone)."""
+def export_data(model_dir: str) -> dict:
+    """The export's data.json ({} for an export without one: written before char-level data,
+    or by save_pretrained alone)."""
     path = os.path.join(model_dir, DATA_FILE)
     if not os.path.exists(path):
-        return "word"
+        return {}
     with open(path) as f:
-        level = json.load(f).get("level")
+        return json.load(f)
+
+
+def export_level(model_dir: str) -> str:
+    """The level of the export's training data (data.json); word for an export without one."""
+    level = export_data(model_dir).get("level", "word")
     if level not in SCORE_OF_LEVEL:
+        path = os.path.join(model_dir, DATA_FILE)
         raise ValueError(f"{path}: level {level!r} is not one of {', '.join(SCORE_OF_LEVEL)}")
     return level
 

@@ -41,9 +41,9 @@ def safe_exp(x: float) -> float:
 
 
 def score_of(record: dict) -> tuple[str, float | None]:
-    """(name, value) of the score a metrics record holds: bpc if it has one, else ppl (None
-    when it has neither)."""
-    name = "bpc" if "bpc" in record else "ppl"
+    """(name, value) of the score a metrics record holds: bpc if it has one (not None), else ppl
+    (None when it has neither)."""
+    name = "bpc" if record.get("bpc") is not None else "ppl"
     return name, record.get(name)
 
 

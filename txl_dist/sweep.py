@@ -22,6 +22,7 @@ from data_pipeline.streams import IGNORE_INDEX
 from txl_dist.context import Recl, SweepRow, attention_length, effective_context, recl
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.model import TransformerXL
+from txl_dist.scores import score
 
 
 @dataclass
@@ -104,8 +105,10 @@ def run_sweep(
     threshold: float,
     rs: list[float],
     progress: bool,
+    level: str,
 ) -> SweepResult:
-    """Score every model at every length; `load` gives a model with its evaluation lengths."""
+    """Score every model at every length; `load` gives a model with its evaluation lengths.
+    Rows give perplexity or, for char-level data (``level``), bits per character."""
     batches = ReplayBatches(batches)
     group = len(models) > 1  # RECL compares a group: it needs every token's loss
     steps = batches.steps_per_epoch * len(models) * len(lengths)
@@ -125,8 +128,9 @@ def run_sweep(
                 bar.set_postfix_str(f"{name} {swept}={getattr(s, swept)}")
                 model.set_lengths(s.tgt_len, s.mem_len, s.clamp_len, s.same_length)
                 result = evaluate(scorer, batches, device, progress=False)
+                scores = score(result.loss, level)
                 rows.append(
-                    dataclasses.replace(s, loss=result.loss, ppl=result.ppl, tokens=result.tokens)
+                    dataclasses.replace(s, loss=result.loss, **scores, tokens=result.tokens)
                 )
                 per_length.append(scorer.token_losses() if group else None)
             kept = group and per_length[0] is not None  # rank 0 of a group
@@ -145,7 +149,7 @@ def _settings(model: TransformerXL, name: str, swept: str, length: int) -> Sweep
     context = attn_len if swept == "mem_len" or clamp_len < 0 else clamp_len
     return SweepRow(
         name, swept, context, cfg.tgt_len, mem_len, clamp_len, cfg.same_length, attn_len,
-        loss=float("nan"), ppl=float("nan"), tokens=0,
+        loss=float("nan"), ppl=None, bpc=None, tokens=0,
     )  # fmt: skip
 
 
@@ -189,11 +193,13 @@ def _summarize(rows, models, token_losses, threshold, rs) -> SweepResult:
 def table(result: SweepResult) -> str:
     """The rows, each model's effective context and the group's RECL, for a terminal."""
     width = max(len("model"), *(len(r.model) for r in result.rows))
-    lines = [f"{'model':<{width}}  mem_len  clamp_len  attn_len      loss         ppl    tokens"]
+    name = result.rows[0].score[0]
+    digits = 4 if name == "bpc" else 3
+    lines = [f"{'model':<{width}}  mem_len  clamp_len  attn_len      loss  {name:>10}    tokens"]
     for r in result.rows:
         lines.append(
             f"{r.model:<{width}}  {r.mem_len:>7}  {r.clamp_len:>9}  {r.attn_len:>8}  "
-            f"{r.loss:>8.4f}  {r.ppl:>10.3f}  {r.tokens:>8}"
+            f"{r.loss:>8.4f}  {r.score[1]:>10.{digits}f}  {r.tokens:>8}"
         )
     swept = result.rows[0].swept
     axis = "attention length" if swept == "mem_len" else "clamp length"

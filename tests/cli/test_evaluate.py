@@ -22,6 +22,7 @@ from txl_dist.context import SweepRow, effective_context, read_csv, recl
 from txl_dist.engine.dist import World
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.attention import sinusoid_encoding
+from txl_dist.sweep import SweepResult
 
 WORDS = [f"w{i}" for i in range(60)]
 
@@ -106,6 +107,14 @@ def test_char_level_data_is_scored_in_bits_per_character(capsys, tmp_path):
     assert report["bpc"] == pytest.approx(report["loss"] / np.log(2))
     table = render(EvalReport(**report), as_json=False)
     assert f"bpc {report['bpc']:.4f}" in table and "ppl" not in table
+    sweep = txl_eval(capsys, *data, "--sweep-mem-len", "0,8", "--out", tmp_path / "sweep.csv")
+    assert [r["bpc"] for r in sweep["rows"]] == pytest.approx(
+        [r["loss"] / np.log(2) for r in sweep["rows"]]
+    )
+    assert {r["ppl"] for r in sweep["rows"]} == {None}
+    assert read_csv(str(tmp_path / "sweep.csv")) == [SweepRow(**r) for r in sweep["rows"]]
+    shown = render(SweepResult([SweepRow(**r) for r in sweep["rows"]], 0.01, {}, {}), False)
+    assert shown.splitlines()[0].split()[-2:] == ["bpc", "tokens"] and "ppl" not in shown
     (tmp_path / "words.txt").write_text("a few words\n")
     assert main(["--model", str(model_dir), "--text", str(tmp_path / "words.txt")]) == 1
     assert "character-level model" in capsys.readouterr().err

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
+from data_pipeline import charlevel
 from data_pipeline.vocab import Vocab
-from txl_dist.cli.generate import Sampling, generate, main, prompt_ids
+from tests.data_pipeline import paper_inputs as pi
+from txl_dist.cli.generate import CharDetokenizer, Sampling, generate, main, prompt_ids
 from txl_dist.model import TransformerXL, TXLConfig
 
 VOCAB = Vocab(["<eos>", "<unk>", *(f"w{i}" for i in range(98))])
@@ -90,3 +94,57 @@ def test_missing_vocabulary_is_a_clear_error(model_dir, capsys):
     (model_dir / "vocab.txt").unlink()
     assert main(["--model", str(model_dir), "--prompt", "w1"]) == 1
     assert "no vocab.txt" in capsys.readouterr().err
+
+
+# ---- character-level models ----
+
+
+def char_model_dir(tmp_path, dataset: str, text: bytes):
+    """A random full-softmax model over the characters of ``text``, exported as txl-export
+    writes a character-level model (vocab.txt in txl-prepare's tokens, data.json)."""
+    names, _ = charlevel.TOKENIZERS[dataset](text, "text")
+    vocab = Vocab(names)
+    torch.manual_seed(0)
+    config = TXLConfig(
+        n_token=len(vocab), n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=8,
+        mem_len=16, dropout=0.0,
+    )  # fmt: skip
+    out = tmp_path / dataset
+    TransformerXL(config).save_pretrained(out)
+    vocab.save(str(out / "vocab.txt"))
+    (out / "data.json").write_text(json.dumps({"dataset": dataset, "level": "char"}))
+    return out, vocab
+
+
+def test_an_enwik8_prompt_is_its_bytes_and_output_is_utf8_text(shared_data, tmp_path, capsys):
+    text = pi.enwik8_bytes(shared_data)
+    model_dir, vocab = char_model_dir(tmp_path, "enwik8", text)
+    prompt = "The café\nis"
+    ids = prompt_ids(prompt, vocab, "enwik8")
+    assert vocab.decode(ids) == [str(b) for b in prompt.encode() if b != ord("\n")]
+    words = CharDetokenizer("enwik8")
+    assert "".join(words.text(t) for t in vocab.decode(ids)) == prompt.replace("\n", "")
+    assert main(["--model", str(model_dir), "--prompt", prompt, "--max-tokens", "30"]) == 0
+    model = TransformerXL.from_pretrained(str(model_dir))
+    model.set_lengths(mem_len=16, same_length=False)
+    drawn = generate(model, ids, 30, Sampling(), torch.Generator().manual_seed(0))
+    words = CharDetokenizer("enwik8")
+    new = "".join(words.text(vocab.tokens[t]) for t, _ in drawn)
+    assert capsys.readouterr().out == prompt + new + "\n"
+    assert main(["--model", str(model_dir), "--max-tokens", "3"]) == 1
+    assert "needs a --prompt" in capsys.readouterr().err
+
+
+def test_a_text8_model_prints_characters_and_refuses_others(shared_data, tmp_path, capsys):
+    model_dir, vocab = char_model_dir(tmp_path, "text8", pi.text8_bytes(shared_data))
+    assert vocab.decode(prompt_ids("of the", vocab, "text8")) == list("of_the")
+    assert main(["--model", str(model_dir), "--prompt", "of the", "--max-tokens", "40"]) == 0
+    out = capsys.readouterr().out
+    assert len(out) == len("of the") + 40 + 1 and set(out[:-1]) <= set(
+        " abcdefghijklmnopqrstuvwxyz"
+    )
+    assert main(["--model", str(model_dir), "--prompt", "Of the"]) == 1
+    assert "--prompt: byte 0 is b'O'" in capsys.readouterr().err
+    (model_dir / "data.json").write_text(json.dumps({"dataset": "ptb-char", "level": "char"}))
+    assert main(["--model", str(model_dir), "--prompt", "of"]) == 1
+    assert "character-level model of 'ptb-char'" in capsys.readouterr().err

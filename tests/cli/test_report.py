@@ -8,7 +8,8 @@ import math
 import pytest
 
 from txl_dist.cli.report import main, plot, plot_sweep, read_metrics, sweep_curves
-from txl_dist.context import SweepRow, write_csv
+from txl_dist.context import CSV_FIELDS, SweepRow, read_csv, write_csv
+from txl_dist.scores import score
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -89,8 +90,11 @@ def test_draws_only_the_latest_run_or_the_one_asked_for_with_its_restarts(tmp_pa
 # ---- sweeps ----
 
 
-def write_sweep(path, models: dict[str, list[float]], swept: str = "mem_len") -> None:
-    """A sweep CSV as txl-eval writes it: each model's losses at attention lengths 64, 96, 128."""
+def write_sweep(
+    path, models: dict[str, list[float]], swept: str = "mem_len", level: str = "word"
+) -> None:
+    """A sweep CSV as txl-eval writes it: each model's losses at attention lengths 64, 96, 128
+    (perplexity for word-level data, bits per character for char-level)."""
     rows = [
         SweepRow(
             model=model,
@@ -102,7 +106,7 @@ def write_sweep(path, models: dict[str, list[float]], swept: str = "mem_len") ->
             same_length=False,
             attn_len=64 + 32 * k,
             loss=loss,
-            ppl=math.exp(loss),
+            **{"ppl": None, "bpc": None, **score(loss, level)},
             tokens=1000,
         )  # fmt: skip
         for model, losses in models.items()
@@ -127,6 +131,26 @@ def test_a_sweep_plot_has_one_line_per_model(tmp_path, capsys):
     png = (tmp_path / "a.png").read_bytes()  # beside the first CSV
     assert png.startswith(PNG_MAGIC)
     assert matplotlib.image.imread(str(tmp_path / "a.png")).shape[:2] == (450, 700)
+
+
+def test_a_char_level_sweep_plots_bits_per_character(tmp_path):
+    pytest.importorskip("matplotlib")
+    write_sweep(tmp_path / "chars.csv", {"enwik8": [0.8, 0.75, 0.74]}, level="char")
+    drawn = plot_sweep(sweep_curves([str(tmp_path / "chars.csv")]), str(tmp_path / "p.png"), 0.01)
+    assert drawn["enwik8"][1] == pytest.approx([v / math.log(2) for v in (0.8, 0.75, 0.74)])
+    write_sweep(tmp_path / "words.csv", {"wt103": [5.0, 4.9, 4.8]})
+    with pytest.raises(ValueError, match="mix perplexity and bits per character"):
+        sweep_curves([str(tmp_path / "chars.csv"), str(tmp_path / "words.csv")])
+
+
+def test_a_sweep_csv_written_before_bpc_reads_as_perplexity(tmp_path):
+    write_sweep(tmp_path / "new.csv", {"wt103": [5.0, 4.9, 4.8]})
+    lines = (tmp_path / "new.csv").read_text().splitlines()
+    bpc = CSV_FIELDS.index("bpc")
+    old = [",".join(c for i, c in enumerate(line.split(",")) if i != bpc) for line in lines]
+    (tmp_path / "old.csv").write_text("\n".join(old) + "\n")
+    assert "bpc" not in old[0]
+    assert read_csv(str(tmp_path / "old.csv")) == read_csv(str(tmp_path / "new.csv"))
 
 
 def test_bad_sweep_files_are_clear_errors(tmp_path, capsys):

@@ -192,7 +192,8 @@ sweeps:
   --sweep-mem-len 0,32,64,128 scores the split at each memory length (the other lengths as
   above); --sweep-clamp-len=-1,16,... does the same for clamp_len (-1: no clamp; write it with
   "=" as it starts with a dash). The data is read once.
-  Output: a table (--json: rows of mem_len, clamp_len, attn_len, loss, ppl, tokens), --out CSV.
+  Output: a table (--json: rows of mem_len, clamp_len, attn_len, loss, ppl or bpc, tokens),
+  --out CSV.
   attn_len is the most tokens a prediction is conditioned on: mem_len with same_length,
   mem_len + tgt_len without. The swept context is attn_len for a memory sweep and clamp_len
   (-1 counting as attn_len) for a clamp sweep.
@@ -308,7 +309,7 @@ def run(args: argparse.Namespace, world: World, device: torch.device) -> EvalRep
 
 def sweep(args: argparse.Namespace, world: World, device: torch.device) -> SweepResult:
     first = load_model(args.model[0], args, device)
-    _, batches, _, _ = batches_for(args, first, world)  # segments of the first model's tgt_len
+    _, batches, _, level = batches_for(args, first, world)  # segments of the first model's tgt_len
     loaded = {args.model[0]: first}  # the others are loaded one at a time, in their turn
 
     def load(path: str) -> TransformerXL:
@@ -316,7 +317,7 @@ def sweep(args: argparse.Namespace, world: World, device: torch.device) -> Sweep
 
     return run_sweep(
         load, args.model, batches, device, args.sweep, args.lengths, args.threshold,
-        args.recl_r, progress=world.is_main and not args.no_progress,
+        args.recl_r, progress=world.is_main and not args.no_progress, level=level,
     )  # fmt: skip
 
 

@@ -5,7 +5,10 @@
     python -m txl_dist.cli.generate ...
 
 The prompt is split on whitespace and looked up in the model's vocab.txt (unknown words become the
-unknown token), after a line start (<eos>, or <S> for lm1b). It is read in one forward pass; then
+unknown token), after a line start (<eos>, or <S> for lm1b). A character-level model (enwik8,
+text8: the export's data.json) reads the prompt as txl-prepare reads its corpus, one token per
+byte (enwik8, newlines dropped) or character (text8: a-z and spaces), and prints its bytes as
+UTF-8 text (text8's "_" as a space). It is read in one forward pass; then
 each sampled token is fed alone and the memory carries the context, so a token costs one step
 of length 1 instead of a re-run of the whole context. With --mem-len at least the total length
 (prompt + new tokens) the model sees all of it, exactly as a full re-run would. Words are printed
@@ -15,6 +18,7 @@ as they are produced; <eos> prints a line break.
 from __future__ import annotations
 
 import argparse
+import codecs
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,8 +26,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from data_pipeline import charlevel
+from data_pipeline.errors import DataError
 from data_pipeline.vocab import EOS, SENTENCE, Vocab
-from txl_dist.exported import DTYPES, export_vocab
+from txl_dist.exported import DTYPES, export_data, export_level, export_vocab
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
 
@@ -89,10 +95,16 @@ def generate(
         segment, mems = torch.tensor([[token]], device=prompt.device), out.mems
 
 
-def prompt_ids(text: str, vocab: Vocab) -> Tensor:
-    """Line start, then the prompt's words (unknown ones as the unknown token)."""
-    start = [t for t in (EOS, SENTENCE) if t in vocab.index][:1]
-    return torch.from_numpy(vocab.encode([*start, *text.split()])).long()
+def prompt_ids(text: str, vocab: Vocab, dataset: str | None = None) -> Tensor:
+    """Line start, then the prompt's words (unknown ones as the unknown token); for a
+    character-level ``dataset``, its tokens of the prompt (there is no line start)."""
+    if dataset is None:
+        start = [t for t in (EOS, SENTENCE) if t in vocab.index][:1]
+        return torch.from_numpy(vocab.encode([*start, *text.split()])).long()
+    names, local = charlevel.TOKENIZERS[dataset](text.encode("utf-8"), "--prompt")
+    if not len(local):
+        raise ValueError(f"a character-level model ({dataset}) needs a --prompt to continue")
+    return torch.from_numpy(vocab.encode_local(names, local)[0]).long()
 
 
 class Detokenizer:
@@ -110,10 +122,37 @@ class Detokenizer:
         return text
 
 
+class CharDetokenizer:
+    """Character-level tokens to text: their bytes, decoded as UTF-8 once a character is whole."""
+
+    def __init__(self, dataset: str):
+        self.dataset = dataset
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def text(self, token: str) -> str:
+        return self.decoder.decode(charlevel.token_bytes(self.dataset, token))
+
+
+def char_dataset(model_dir: str) -> str | None:
+    """The export's character-level dataset (None for word-level data); one txl-generate
+    cannot tokenize is an error."""
+    if export_level(model_dir) != "char":
+        return None
+    dataset = export_data(model_dir).get("dataset")
+    if dataset not in charlevel.TOKENIZERS:
+        raise ValueError(
+            f"{model_dir} is a character-level model of {dataset!r}; txl-generate reads "
+            f"prompts for {', '.join(charlevel.TOKENIZERS)}"
+        )
+    return dataset
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="txl-generate", description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="directory written by txl-export")
-    p.add_argument("--prompt", default="", help="text to continue (words)")
+    p.add_argument(
+        "--prompt", default="", help="text to continue (words; characters for char-level)"
+    )
     p.add_argument("--max-tokens", type=int, default=100, help="tokens to generate")
     p.add_argument("--temperature", type=float, default=1.0, help="0: greedy")
     p.add_argument("--top-k", type=int, default=0, help="0: no top-k filtering")
@@ -133,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         vocab = export_vocab(args.model)
         if vocab is None:
             raise FileNotFoundError(f"{args.model} has no {VOCAB_FILE}: generation needs it")
-    except (FileNotFoundError, ValueError) as err:
+        dataset = char_dataset(args.model)
+        prompt = prompt_ids(args.prompt, vocab, dataset).to(args.device)
+    except (FileNotFoundError, ValueError, DataError) as err:
         print(f"txl-generate: error: {err}", file=sys.stderr)
         return 1
     ev = model.config.for_eval()
@@ -141,9 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     model.set_lengths(mem_len=args.mem_len or ev.mem_len, clamp_len=ev.clamp_len, same_length=False)
     model.to(DTYPES[args.dtype])
     generator = torch.Generator().manual_seed(args.seed)
-    prompt = prompt_ids(args.prompt, vocab).to(args.device)
-    print(args.prompt.strip(), end="", flush=True)
-    words = Detokenizer(line_start=not args.prompt.strip())
+    print(args.prompt if dataset else args.prompt.strip(), end="", flush=True)
+    words = CharDetokenizer(dataset) if dataset else Detokenizer(not args.prompt.strip())
     for token, _ in generate(model, prompt, args.max_tokens, sampling, generator):
         print(words.text(vocab.tokens[token]), end="", flush=True)
     print()

@@ -9,8 +9,9 @@ bits per character for char-level data, as its metrics.jsonl records them),
 learning rate and training tokens/s, with a dashed line where the run was restarted. A resumed
 run may log a step again; the later record wins. Only one run is drawn: the directory's latest
 (the run of the last row), or `--run ID`.
-Sweeps (`txl-eval --sweep-mem-len ... --out FILE.csv`): perplexity against the swept context
-(attention length, or clamp length), one line per model, each model's effective context marked.
+Sweeps (`txl-eval --sweep-mem-len ... --out FILE.csv`): perplexity (bits per character for
+char-level data) against the swept context (attention length, or clamp length), one line per
+model, each model's effective context marked.
 Needs matplotlib: pip install 'txl-dist[plot]'.
 """
 
@@ -146,6 +147,9 @@ def sweep_curves(paths: list[str]) -> dict[str, list[SweepRow]]:
     swept = {r.swept for rows in curves.values() for r in rows}
     if len(swept) > 1:
         raise ValueError(f"{paths} mix sweeps of {sorted(swept)}: plot one kind at a time")
+    scores = {r.score[0] for rows in curves.values() for r in rows}
+    if len(scores) > 1:
+        raise ValueError(f"{paths} mix perplexity and bits per character: plot one level")
     if not curves:
         raise ValueError(f"{paths} hold no rows")
     return curves
@@ -159,8 +163,9 @@ def plot_sweep(curves: dict[str, list[SweepRow]], out: str, threshold: float) ->
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    label_of_score = LABELS[next(iter(curves.values()))[0].score[0]]
     for label, rows in curves.items():
-        x, y = [r.context for r in rows], [r.ppl for r in rows]
+        x, y = [r.context for r in rows], [r.score[1] for r in rows]
         (line,) = ax.plot(x, y, marker="o", label=label)
         effective = effective_context(x, [r.loss for r in rows], threshold)
         ax.scatter(  # a marker, not a line: the axes keep one line per model
@@ -169,9 +174,11 @@ def plot_sweep(curves: dict[str, list[SweepRow]], out: str, threshold: float) ->
         )  # fmt: skip
     swept = next(iter(curves.values()))[0].swept
     ax.set_xlabel("attention length (tokens)" if swept == "mem_len" else "clamp length (tokens)")
-    ax.set_ylabel("perplexity")
+    ax.set_ylabel(label_of_score)
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)  # flat curves: no "+1.05e3"
-    ax.set_title(f"perplexity by context (circled: effective context, loss within {threshold:.0%})")
+    ax.set_title(
+        f"{label_of_score} by context (circled: effective context, loss within {threshold:.0%})"
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
