@@ -63,3 +63,9 @@ def test_without_restarts_the_rank_runs_unguarded(tmp_path, env):
     _, its_parent = map(int, proc.stdout.split())
     assert its_parent == os.getpid()  # no guard between us and the rank
     assert not (tmp_path / "errors").exists()
+
+
+def test_how_a_rank_ended_names_signals_hangs_and_exit_codes():
+    assert restarts.how_it_ended(-9) == "was killed by SIGKILL"
+    assert restarts.how_it_ended(75) == "found the run hung (exit 75)"  # its watchdog's exit
+    assert restarts.how_it_ended(1) == "exited with code 1"

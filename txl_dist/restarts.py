@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 
+HANG_EXIT_CODE = 75  # a rank's watchdog found the run hung (EX_TEMPFAIL: a restart may well work)
 GUARD_NOTE_ENV = "TXL_GUARD_NOTE"  # set in a guarded rank: where to write its run directory
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # the ranks' stop signals
 _PR_SET_PDEATHSIG = 1
@@ -137,6 +138,8 @@ def _write_exit_note(note: str, returncode: int) -> None:
 def how_it_ended(returncode: int) -> str:
     if returncode < 0:
         return f"was killed by {signal.Signals(-returncode).name}"
+    if returncode == HANG_EXIT_CODE:  # its hang line, in the log above, names the silent ranks
+        return f"found the run hung (exit {returncode})"
     return f"exited with code {returncode}"
 
 

@@ -1,6 +1,7 @@
 """A rank stopped (SIGSTOP) in a real 2-rank training run: the other rank ends the run within
 train.hang_timeout_s, naming the phase, the step and the stopped rank, long before a collective
-would give up (train.dist_timeout_s)."""
+would give up (train.dist_timeout_s). A save that hangs ends the run within
+train.checkpoint_timeout_s, named as the save."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import time
 import psutil
 import pytest
 
+from tests import processes
+from tests.conftest import REPO_ROOT
 from tests.integration.runs import PRETRAIN, command, training_after
+from txl_dist.engine import checkpoint
 from txl_dist.engine.watchdog import HANG_EXIT_CODE
 
 HANG_TIMEOUT_S = 8
@@ -62,3 +66,22 @@ def test_a_stopped_rank_ends_the_run_within_the_hang_timeout(
     assert run.returncode != 0 and str(HANG_EXIT_CODE) in rest, rest[-3000:]
     stacks = (out / "errors" / f"rank{1 - stopped}.txt").read_text()
     assert "in train_step" in stacks or "in agreed" in stacks or "in _log_train" in stacks
+
+
+def test_a_hung_save_ends_the_run_within_the_checkpoint_timeout(wikitext, tmp_path):
+    out = tmp_path / "saving"
+    timeout_s = 20  # also the start-up's and the first step's: room for a loaded machine
+    overrides = ["train.save_interval=2", f"train.checkpoint_timeout_s={timeout_s}"]
+    env = {**os.environ, checkpoint.PAUSE_IN_SAVE_ENV: "2"}  # the save of step 2 never ends
+    started = time.monotonic()
+    proc = processes.run(command(out, wikitext, 1, overrides, None), 120, cwd=REPO_ROOT, env=env)
+    print(f"a hung save ended the run {time.monotonic() - started:.1f} s after the start")
+    assert proc.returncode == HANG_EXIT_CODE, proc.stderr[-3000:]
+    (line,) = [line for line in proc.stderr.splitlines() if " hung: " in line]
+    assert line.startswith(
+        "[txl-dist] rank 0 hung: no progress in checkpoint save at step 2 for "
+    ), line
+    assert f" s (train.checkpoint_timeout_s={timeout_s}); no other ranks; ending the run" in line
+    stacks = (out / "errors" / "rank0.txt").read_text()
+    assert "in save" in stacks and "in _save" in stacks  # where the main thread was stuck
+    assert not (out / "checkpoints" / checkpoint.LATEST).exists()  # nothing half-saved published

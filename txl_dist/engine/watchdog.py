@@ -25,9 +25,10 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 
+from txl_dist.restarts import HANG_EXIT_CODE
+
 log = logging.getLogger(__name__)
 
-HANG_EXIT_CODE = 75  # EX_TEMPFAIL: the run may well succeed when restarted
 SLOW_PHASES = ("start", "checkpoint save", "checkpoint load")
 MAX_BEAT_S = 5.0  # heartbeats at most this far apart: the store sees world_size / 5 writes a second
 
