@@ -8,20 +8,14 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import time
-
-import psutil
 
 from tests.integration.runs import eval_ppl, rank_pid, records, train_losses
 from tests.slurm.conftest import (
     FINISHED,
-    IFNAME,
     STEPS,
     assert_restarted_and_resumed_exactly,
-    assert_resumed_exactly,
     pretrain_args,
-    restart_lines,
     steps_logged,
     wait_for,
 )
@@ -29,7 +23,6 @@ from tests.slurm.conftest import (
 # Two nodes x 1 task: the rendezvous crosses the namespaces; one thread per rank as in the
 # 1 node x 2 task reference, so the losses can match exactly.
 TWO_NODES = ["--nodes=2", "--ntasks-per-node=1"]
-HANG = 10  # train.hang_timeout_s of the hang tests
 
 
 def test_job_trains_evaluates_and_checkpoints(reference):
@@ -117,75 +110,24 @@ def test_wallclock_stops_requeue_until_the_run_is_done(cluster, wikitext, tmp_pa
     assert logged == list(range(1, steps + 1))
 
 
-def test_killed_hung_and_cut_off_ranks_restart_the_step_and_the_job_completes(
+def test_killed_rank_restarts_the_step_and_the_job_completes(
     cluster, reference, wikitext, tmp_path
 ):
-    # Three faults in one job, each taken up by the next restart inside the allocation (one job
-    # instead of three: a job's start-up is most of its time).
     out = tmp_path / "run"
-    args = pretrain_args(out, wikitext, ["train.save_interval=5", f"train.hang_timeout_s={HANG}"])
+    args = pretrain_args(out, wikitext, ["train.save_interval=5"])
     job_id = cluster.sbatch(out, [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1"], args)
-    log = out / f"slurm-{job_id}.out"
-    times = {}
-
-    def trained_again(restart: int, steps: int = 1):
-        """Wait until the start after `restart` restarts logged `steps` steps; the time since."""
-        begun = time.monotonic()
-        wait_for(
-            f"restart {restart} training",
-            lambda: sum(r["restart"] == restart for r in records(out) if "split" not in r) >= steps,
-            timeout=180,
-        )
-        return time.monotonic() - begun
-
-    # 1. A killed rank.
     wait_for("the first checkpoint", (out / "checkpoints" / "latest").exists, timeout=180)
     os.kill(rank_pid(out, rank=1), signal.SIGKILL)  # node 2's only rank
-    times["killed: training again"] = trained_again(1, steps=2)
-
-    # 2. A hung rank: past the first (slow) step after the start, so the step deadline holds.
-    stopped = rank_pid(out, rank=1)
-    os.kill(stopped, signal.SIGSTOP)
-    sent = time.monotonic()
-    wait_for("the hang line", lambda: "[txl-dist] rank 0 hung: " in log.read_text(), 60)
-    times["stopped: detected"] = time.monotonic() - sent
-    times["stopped: training again"] = time.monotonic() - sent + trained_again(2, steps=2)
-    assert (
-        not psutil.pid_exists(stopped) or psutil.Process(stopped).status() == psutil.STATUS_ZOMBIE
-    )
-
-    # 3. A cut link: n2 loses n1. Node 2's output reaches the log over that link, so only rank
-    # 0's hang line can be waited for; the link comes back for the restart.
-    link = ["ip", "link", "set", IFNAME]
-    subprocess.run(cluster.on_node("n2", [*link, "down"]), check=True)
-    cut = time.monotonic()
-    try:
-        wait_for(
-            "the hang line", lambda: log.read_text().count("[txl-dist] rank 0 hung: ") >= 2, 60
-        )
-        times["cut: detected"] = time.monotonic() - cut
-    finally:
-        subprocess.run(cluster.on_node("n2", [*link, "up"]), check=True)
-    times["cut: training again"] = time.monotonic() - cut + trained_again(3)
+    killed = time.monotonic()
+    wait_for("a step trained again", lambda: any(r["restart"] for r in records(out)), 180)
+    print(f"from the kill to a step trained again: {time.monotonic() - killed:.1f} s")
     job = cluster.wait_job(job_id, timeout=300)
-    print(", ".join(f"{what} {seconds:.1f} s" for what, seconds in times.items()))
 
-    text = log.read_text()
-    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", text[-3000:]
+    log = (out / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
     assert job["Restarts"] == "0"  # restarted inside the allocation, not requeued
-    for restart in (1, 2, 3):
-        assert f"failed (exit 1): restart {restart} of 3 on the same nodes" in text
-    assert_restarted_and_resumed_exactly(text, out, reference[0], host="n2")
-    lines = restart_lines(text)
-    assert lines[2][0].startswith("rank 0 (node 0, host n1) found the run hung (exit 75) ")
-    assert re.match(
-        r"rank (0|1) \(node \1, host n[12]\) found the run hung \(exit 75\) ", lines[3][0]
-    )
-    assert "rank 0 hung: no progress in step " in text
-    assert f"(train.hang_timeout_s={HANG}); not answering: rank 1 (last heard in step " in text
-    assert "rank 1 hung: " in text and "torchrun's store at 10.200.0.1:" in text  # the cut
-    assert_resumed_exactly(out, reference[0], {k: step for k, (_, step) in lines.items()})
-    assert times["stopped: detected"] < HANG + 6 and times["cut: detected"] < HANG + 10
+    assert "the training step failed (exit 1): restart 1 of 3 on the same nodes" in log
+    assert_restarted_and_resumed_exactly(log, out, reference[0], host="n2")
     trained = [r for r in records(out) if "split" not in r]
     assert {r["requeues"] for r in trained} == {0}  # a restart is not a requeue
 
