@@ -278,7 +278,7 @@ def shuffle_documents(
     lengths: np.ndarray,
     order: EpochOrder,
     sample: int,
-    cut_ends: tuple[bool, bool] = (False, False),
+    cut_ends: tuple[bool, bool],
 ) -> np.ndarray:
     """A sample's tokens with its documents permuted for this epoch (as is for corpus order);
     pieces of cut documents (``cut_ends``: first, last) stay where they join their neighbours."""
