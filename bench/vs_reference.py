@@ -1,0 +1,215 @@
+"""The tiny config trained by txl-dist and by the reference train.py, side by side in one run.
+
+    python bench/vs_reference.py --reference PATH/transformer-xl --data runs/data/wikitext-103 \
+        [--steps 600]
+
+PATH/transformer-xl is a checkout of kimiyoung/transformer-xl (never part of this repo). Its
+`pytorch/` directory is copied to a temporary directory with the two fixes its CPU run needs on
+today's torch (`.byte()` masks -> `.bool()`, and no CUDA-version probe) and the tiny config's
+adaptive-softmax cutoffs in place of its WikiText-103 ones. It trains on the same tokens: the
+prepared train split is written back out as text, a line per `<eos>`, which the reference
+tokenizes into the same ids (its vocabulary is built by count from train, as ours).
+
+Runs, each 8 rows x 64 tokens, the same model, seed, optimizer (Adam 2.5e-4, 50 warm-up steps,
+cosine to 0 at --steps), clipping 0.25 and dropout 0.1:
+  - the reference `train.py`, one process, fp32, all the machine's threads;
+  - `python launch/pretrain.py --config configs/tiny.json`, one process, fp32 ZeRO-0;
+  - `deepspeed --num_gpus 2 launch/pretrain.py --config configs/tiny.json` (ZeRO-2 bf16, as
+    shipped).
+Prints tokens/s over all steps after the first log window (start-up and first steps excluded
+for every run alike) and the mean loss of the windows ending at 100, 300 and the last step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import fsspec
+
+from data_pipeline.shards import decode_sample, load_manifest, manifest_url, shard_url
+from data_pipeline.vocab import Vocab
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = json.loads((REPO / "configs" / "tiny.json").read_text())
+ROWS, TGT_LEN = TINY["train"]["global_rows"], TINY["model"]["tgt_len"]
+LOG_INTERVAL = 20
+FIXES = {  # file -> [(old, new)]: what the reference needs to run on CPU with today's torch
+    "mem_transformer.py": [(".byte()", ".bool()")],
+    "utils/proj_adaptive_softmax.py": [
+        ("int(torch.version.cuda.split('.')[0])", "0"),
+        ("int(torch.version.cuda.split('.')[1])", "0"),
+    ],
+    "train.py": [
+        (
+            "cutoffs = [20000, 40000, 200000]",
+            f"cutoffs = {TINY['model']['cutoffs']}",
+        )
+    ],
+}
+
+
+def split_text(data: str, split: str, vocab: Vocab, max_tokens: int | None = None) -> str:
+    """A prepared split as WikiText-style text: tokens joined by spaces, a line per <eos>."""
+    url = manifest_url(data, split)
+    manifest = load_manifest(url)
+    ids = []
+    for shard in manifest.shards:
+        with fsspec.open(shard_url(url, shard), "rb") as f:
+            blob = f.read()
+        for i in range(len(shard.sample_tokens)):
+            lo = shard.lengths_offsets[i]
+            span = blob[lo : shard.sample_offsets[i] + 4 * shard.sample_tokens[i]]
+            ids.extend(decode_sample(span, shard, i, url, manifest.vocab_size)[0].tolist())
+    words = vocab.decode(ids[:max_tokens])
+    return " ".join(words).replace(" <eos> ", "\n").replace("<eos>", "\n").strip(" ") + "\n"
+
+
+def reference_tree(reference: Path, into: Path) -> Path:
+    """A fixed copy of the reference's pytorch/ directory."""
+    if not (reference / "pytorch" / "train.py").is_file():
+        sys.exit(f"{reference}: no pytorch/train.py; give a kimiyoung/transformer-xl checkout")
+    tree = into / "pytorch"
+    shutil.copytree(reference / "pytorch", tree)
+    for name, fixes in FIXES.items():
+        path = tree / name
+        text = path.read_text()
+        for old, new in fixes:
+            if old not in text:
+                sys.exit(f"{reference}: {name} has no {old!r}; is this kimiyoung/transformer-xl?")
+            text = text.replace(old, new)
+        path.write_text(text)
+    return tree
+
+
+def run_reference(
+    tree: Path, corpus: Path, work: Path, steps: int
+) -> list[tuple[int, float, float]]:
+    """(step, ms per step, loss) of each log window of the reference's train.py."""
+    m = TINY["model"]
+    args = {
+        "--dataset": "wt103",
+        "--data": corpus,
+        "--work_dir": work,
+        "--adaptive": None,
+        "--div_val": m["div_val"],
+        "--n_layer": 4,
+        "--n_head": m["n_head"],
+        "--d_head": 32,
+        "--d_model": m["d_model"],
+        "--d_embed": m["d_embed"],
+        "--d_inner": m["d_inner"],
+        "--dropout": 0.1,
+        "--dropatt": 0.0,
+        "--optim": "adam",
+        "--lr": 0.00025,
+        "--warmup_step": TINY["optim"]["warmup_steps"],
+        "--max_step": steps,
+        "--tgt_len": TGT_LEN,
+        "--mem_len": m["mem_len"],
+        "--eval_tgt_len": TGT_LEN,
+        "--batch_size": ROWS,
+        "--log-interval": LOG_INTERVAL,
+        "--eval-interval": steps,
+        "--max_eval_steps": 1,
+        "--seed": 1111,
+    }
+    argv = [str(a) for k, v in args.items() for a in ((k,) if v is None else (k, v))]
+    proc = subprocess.run(
+        [sys.executable, "train.py", *argv], cwd=tree, capture_output=True, text=True
+    )
+    windows = [
+        (int(step), float(ms), float(loss))
+        for step, ms, loss in re.findall(
+            r"step +(\d+) \|.*?\| ms/batch +([\d.]+) \| loss +([\d.]+)", proc.stdout
+        )
+    ]
+    # It ends by loading its best model with a torch.load that today's torch refuses for whole
+    # pickled modules: a failure after its last log line is not a training failure.
+    if not windows or windows[-1][0] != steps:
+        sys.exit(f"the reference stopped early (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return windows
+
+
+def run_ours(data: str, launcher: list[str], settings: list[str], out: Path):
+    """(step, ms per step, loss) of each log window of txl-dist's tiny config."""
+    values = [
+        f"data.path={data}",
+        f"train.out_dir={out}",
+        f"logging.log_interval={LOG_INTERVAL}",
+        "train.eval_interval=0",
+        "train.save_interval=0",
+        "train.eval_rows=64",  # the unavoidable final evaluation, made short
+        "data.test_split=null",
+        "logging.wandb.mode=disabled",
+        *settings,
+    ]
+    cmd = [*launcher, str(REPO / "launch/pretrain.py"), "--config", str(REPO / "configs/tiny.json")]
+    cmd += [arg for value in values for arg in ("--set", value)]
+    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], 1000 * r["step_time_s"], r["loss"]) for r in rows if "split" not in r]
+
+
+def summary(windows: list[tuple[int, float, float]]) -> tuple[float, dict[int, float]]:
+    """tokens/s after the first window, and the loss of each window by its last step."""
+    steady = windows[1:]
+    seconds = sum(ms * LOG_INTERVAL / 1000 for _, ms, _ in steady)
+    return ROWS * TGT_LEN * LOG_INTERVAL * len(steady) / seconds, {
+        step: loss for step, _, loss in windows
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference", type=Path, required=True, help="kimiyoung/transformer-xl")
+    parser.add_argument("--data", required=True, help="a prepared WikiText-103 root")
+    parser.add_argument("--steps", type=int, default=600)
+    args = parser.parse_args()
+    if args.steps % LOG_INTERVAL or args.steps < 300:
+        sys.exit(f"--steps must be a multiple of {LOG_INTERVAL}, at least 300")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        vocab = Vocab.load(f"{args.data}/vocab.txt")
+        corpus = tmp / "corpus"
+        corpus.mkdir()
+        (corpus / "train.txt").write_text(split_text(args.data, "train", vocab))
+        for split in ("valid", "test"):  # read by the reference, barely evaluated
+            (corpus / f"{split}.txt").write_text(split_text(args.data, "valid", vocab, 2000))
+        tree = reference_tree(args.reference, tmp)
+
+        fp32 = ["deepspeed.zero_optimization.stage=0", "deepspeed.bf16.enabled=false"]
+        deepspeed = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2"]
+        steps = [f"train.max_steps={args.steps}"]
+        runs = {
+            "reference train.py, 1 process, fp32": run_reference(
+                tree, corpus, tmp / "ref", args.steps
+            ),
+            "txl-dist python, 1 process, fp32 ZeRO-0": run_ours(
+                args.data, [sys.executable], steps + fp32, tmp / "one"
+            ),
+            "txl-dist deepspeed, 2 ranks, ZeRO-2 bf16": run_ours(
+                args.data, deepspeed, steps, tmp / "two"
+            ),
+        }
+
+    base = summary(next(iter(runs.values())))[0]
+    marks = sorted({100, 300, args.steps})
+    print(f"tiny config, {args.steps} steps of {ROWS} x {TGT_LEN} tokens, {os.cpu_count()} CPUs")
+    print(f"{'run':<42} {'tokens/s':>9} {'x ref':>6} " + " ".join(f"loss@{s:<4}" for s in marks))
+    for name, windows in runs.items():
+        tokens_per_s, losses = summary(windows)
+        row = " ".join(f"{losses[s]:9.3f}" for s in marks)
+        print(f"{name:<42} {tokens_per_s:9.0f} {tokens_per_s / base:6.2f} {row}")
+
+
+if __name__ == "__main__":
+    main()
