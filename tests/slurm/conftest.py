@@ -68,6 +68,22 @@ class Cluster:
         """A command line run inside node's network namespace."""
         return ["nsenter", f"--net=/run/netns/txl_{node}", *args]
 
+    def set_link(self, node: str, state: str) -> None:
+        """Take node's end of the veth pair "down" (a network partition) or "up" again."""
+        subprocess.run(self.on_node(node, ["ip", "link", "set", IFNAME, state]), check=True)
+
+    def return_to_service(self, node: str) -> None:
+        """Resume a node set down, unless it is back already (ReturnToService=2 brings a down
+        node back when its slurmd registers), and wait until it takes jobs."""
+        resume = ["scontrol", "update", f"nodename={node}", "state=resume"]
+        subprocess.run(self.on_node("n1", resume), env=self.env(), capture_output=True, timeout=60)
+        wait_for(
+            f"{node} back in service",
+            lambda: self.run("sinfo", "-h", "-n", node, "-o", "%T").strip() == "idle",
+            timeout=180,
+            interval=1.0,
+        )
+
     def run(self, *args: str) -> str:
         proc = subprocess.run(
             self.on_node("n1", list(args)),
@@ -136,14 +152,17 @@ def reference(cluster, wikitext, tmp_path_factory) -> tuple[Path, dict[str, str]
     return out, cluster.wait_job(job_id, timeout=300)
 
 
-def assert_restarted_and_resumed_exactly(log: str, out: Path, reference: Path, host: str) -> None:
-    """Rank 0's first line after the restart names rank 1 on `host` (a regex), SIGKILLed, and
-    the checkpoint it resumes from; every step after that checkpoint trained exactly once more,
-    with the uninterrupted `reference` run's losses."""
+def assert_restarted_and_resumed_exactly(
+    log: str,
+    out: Path,
+    reference: Path,
+    failed: str = r"rank 1 \(node 1, host n2\) was killed by SIGKILL",
+) -> None:
+    """Rank 0's first line after the restart names the first rank that ended and how (`failed`,
+    a regex), and the checkpoint it resumes from; every step after that checkpoint trained
+    exactly once more, with the uninterrupted `reference` run's losses."""
     line = re.search(
-        rf"restart 1 of at most 3: rank 1 \(node 1, host {host}\) was killed by SIGKILL .*; "
-        r"resuming from global_step(\d+) at step \1\n",
-        log,
+        rf"restart 1 of at most 3: {failed} .*; resuming from global_step(\d+) at step \1\n", log
     )
     assert line, log[-3000:]
     saved = int(line.group(1))

@@ -1,7 +1,8 @@
 """pretrain.sbatch on a real SLURM cluster, in each launch mode: a plain job (srun starts the
 ranks), a preempted 2-node job (torchrun per node), a 2-node job that keeps stopping at
-train.max_wallclock (DeepSpeed's launcher per node), and a job that loses a rank: restarted in
-the allocation, or failed with TXL_MAX_RESTARTS=0."""
+train.max_wallclock (DeepSpeed's launcher per node), a job that loses a rank (killed, stopped or
+cut off by a network partition): restarted in the allocation, or failed with TXL_MAX_RESTARTS=0,
+and a TXL_ELASTIC=1 job that loses a node and continues on the one left."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import re
 import signal
 import time
 
-from tests.integration.runs import eval_ppl, rank_pid, records, train_losses
+from tests.integration.runs import eval_ppl, rank_pid, records, train, train_losses
 from tests.slurm.conftest import (
     FINISHED,
+    OVERRIDES,
     STEPS,
     assert_restarted_and_resumed_exactly,
     pretrain_args,
@@ -126,8 +128,8 @@ def test_killed_rank_restarts_the_step_and_the_job_completes(
     log = (out / f"slurm-{job_id}.out").read_text()
     assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
     assert job["Restarts"] == "0"  # restarted inside the allocation, not requeued
-    assert "the training step failed (exit 1): restart 1 of 3 on the same nodes" in log
-    assert_restarted_and_resumed_exactly(log, out, reference[0], host="n2")
+    assert "the training step failed (exit 1): restart 1 of 3 on n[1-2]" in log
+    assert_restarted_and_resumed_exactly(log, out, reference[0])
     trained = [r for r in records(out) if "split" not in r]
     assert {r["requeues"] for r in trained} == {0}  # a restart is not a requeue
 
@@ -144,3 +146,110 @@ def test_killed_rank_without_restarts_fails_the_job_fast(cluster, wikitext, tmp_
     assert time.monotonic() - killed < 60
     assert job["JobState"] == "FAILED" and job["ExitCode"] != "0:0"
     assert job["Restarts"] == "0"  # a failure is not a preemption: no requeue
+
+
+# A rank that stops answering is found within train.hang_timeout_s; every rank then exits and the
+# job restarts the step as for a killed rank.
+HANG = ["train.save_interval=5", "train.hang_timeout_s=10"]
+FOUND_HUNG = r"rank \d \(node \d, host n\d\) found the run hung \(exit 75\)"
+
+
+def slurm_log(out, job_id: str) -> str:
+    try:
+        return (out / f"slurm-{job_id}.out").read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def test_stopped_rank_is_found_hung_and_the_job_completes(cluster, reference, wikitext, tmp_path):
+    out = tmp_path / "run"
+    args = pretrain_args(out, wikitext, HANG)
+    job_id = cluster.sbatch(out, [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1"], args)
+    wait_for("the first checkpoint", (out / "checkpoints" / "latest").exists, timeout=180)
+    os.kill(rank_pid(out, rank=1), signal.SIGSTOP)  # node 2's only rank, alive but silent
+    stopped = time.monotonic()
+    found = wait_for(
+        "rank 0's hang line",
+        lambda: "rank 0 hung" in slurm_log(out, job_id) and time.monotonic() - stopped,
+        timeout=60,
+    )
+    wait_for("a step trained again", lambda: any(r["restart"] for r in records(out)), 180)
+    print(
+        f"SIGSTOP: found hung after {found:.1f} s, training again after "
+        f"{time.monotonic() - stopped:.1f} s"
+    )
+    job = cluster.wait_job(job_id, timeout=300)
+
+    log = slurm_log(out, job_id)
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
+    assert job["Restarts"] == "0"  # restarted inside the allocation
+    assert "[txl-dist] rank 0 hung: no progress in " in log
+    assert "not answering: rank 1 (last heard " in log
+    assert found < 10 + 10  # the timeout, then heartbeats
+    assert_restarted_and_resumed_exactly(log, out, reference[0], failed=FOUND_HUNG)
+
+
+def test_cut_link_is_found_hung_and_the_job_completes_once_it_heals(
+    cluster, reference, wikitext, tmp_path
+):
+    out = tmp_path / "run"
+    args = pretrain_args(out, wikitext, HANG)
+    job_id = cluster.sbatch(out, [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1"], args)
+    notes = [out / "errors" / f"exit-rank{rank}.json" for rank in (0, 1)]
+    try:
+        wait_for("the first checkpoint", (out / "checkpoints" / "latest").exists, timeout=180)
+        cluster.set_link("n2", "down")  # n2 loses n1: a network partition
+        cut = time.monotonic()
+        # Each rank's guard notes its exit on the shared disk; n2's log lines wait for the link.
+        found = wait_for(
+            "both ranks to exit",
+            lambda: all(note.exists() for note in notes) and time.monotonic() - cut,
+            timeout=120,
+        )
+    finally:
+        cluster.set_link("n2", "up")
+    wait_for("a step trained again", lambda: any(r["restart"] for r in records(out)), 180)
+    print(
+        f"cut link: both ranks exited after {found:.1f} s, training again after "
+        f"{time.monotonic() - cut:.1f} s"
+    )
+    job = cluster.wait_job(job_id, timeout=300)
+
+    log = slurm_log(out, job_id)
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
+    assert job["Restarts"] == "0"  # the nodes stayed in the allocation: no requeue
+    assert "[txl-dist] rank 0 hung: no progress in " in log
+    assert "[txl-dist] rank 1 hung: no progress in " in log
+    assert found < 10 + 10
+    assert_restarted_and_resumed_exactly(log, out, reference[0], failed=FOUND_HUNG)
+
+
+def test_elastic_job_continues_on_the_node_left(cluster, wikitext, tmp_path):
+    out = tmp_path / "run"
+    overrides = ["train.save_interval=5", "train.keep_last=100"]  # keeps the resumed checkpoint
+    sbatch = [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1,TXL_ELASTIC=1"]
+    job_id = cluster.sbatch(out, sbatch, pretrain_args(out, wikitext, overrides))
+    try:
+        wait_for("the first checkpoint", (out / "checkpoints" / "latest").exists, timeout=180)
+        cluster.run("scontrol", "update", "nodename=n2", "state=down", "reason=txl-test")
+        down = time.monotonic()
+        wait_for("a step trained again", lambda: any(r["restart"] for r in records(out)), 180)
+        print(f"node down: training again on the node left after {time.monotonic() - down:.1f} s")
+        job = cluster.wait_job(job_id, timeout=300)
+    finally:  # the next tests need both nodes
+        cluster.wait_job(job_id, timeout=300)
+        cluster.return_to_service("n2")
+
+    log = slurm_log(out, job_id)
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
+    assert job["Restarts"] == "0"  # continued in the allocation, not requeued
+    assert "node(s) n2 gone: continuing on 1 node(s) (n1), 1 ranks (TXL_ELASTIC=1)" in log
+    saved = int(re.search(r"resuming from global_step(\d+) at step \1\n", log).group(1))
+    assert "saved on 2 ranks, now 1" in log
+    # Every step after the checkpoint trained once more, as one process resuming it does.
+    alone = tmp_path / "alone"
+    resume = str(out / "checkpoints" / f"global_step{saved}")
+    train(alone, wikitext, 1, OVERRIDES, resume=resume, env={"OMP_NUM_THREADS": "1"})
+    resumed = {r["step"]: r["loss"] for r in records(out) if r["restart"] and "split" not in r}
+    assert list(resumed) == list(range(saved + 1, STEPS + 1))
+    assert resumed == train_losses(alone)
