@@ -7,8 +7,11 @@ For each size (millions of prepared tokens, ``<S>`` markers included) it generat
 lm1b-shaped corpus (below), then runs ``txl-prepare --dataset lm1b`` on it twice, with the
 corpus's ``--vocab`` file and building the vocabulary, each as a separate process tree whose
 resident memory is sampled every 50 ms: it prints wall time, tokens/s, CPU time per token (all
-processes; on a shared machine 2e9 / that is what 2 free cores would do), and the peak RSS of
-the main process, of the largest worker, and of all of them together.
+processes; on a shared machine 2e9 / that is what 2 free cores would do), and peak memory: the
+main process's resident set (RSS), the largest worker's unique set (USS) and main RSS + workers'
+USS at one moment. Workers are forked from the main process, so their RSS also counts the pages
+they share with it (a vocabulary or counts table held before the fork): summing RSS would count
+those twice, and a worker's RSS would follow what the main process held when it forked.
 
 The corpus (seeded; the same arguments give the same bytes): 100 training files
 ``news.en-000NN-of-00100`` and a held-out file ``news.en.heldout-00000-of-00050`` (1/100 of the
@@ -116,11 +119,11 @@ class Peaks:
     """Peak resident memory seen while a command ran, in bytes."""
 
     main: int = 0
-    """Of the process started (txl-prepare's main process)."""
+    """RSS of the process started (txl-prepare's main process)."""
     worker: int = 0
-    """Of the largest of its descendants."""
+    """USS of the largest of its descendants."""
     total: int = 0
-    """Of all of them together at one moment."""
+    """Main RSS plus the descendants' USS, at one moment."""
 
 
 def run_sampled(cmd: list[str], interval: float = 0.05) -> tuple[float, float, Peaks, str]:
@@ -132,7 +135,7 @@ def run_sampled(cmd: list[str], interval: float = 0.05) -> tuple[float, float, P
     while proc.poll() is None:
         try:
             main = root.memory_info().rss
-            workers = [c.memory_info().rss for c in root.children(recursive=True)]
+            workers = [c.memory_full_info().uss for c in root.children(recursive=True)]
         except psutil.Error:  # a process ended between listing and reading
             continue
         peaks.main = max(peaks.main, main)
@@ -160,8 +163,8 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         corpora = args.corpora or Path(tmp)
-        print("| corpus | --vocab | wall s | tokens/s | CPU ns/token | main RSS | largest worker "
-              "| all processes |")  # fmt: skip
+        print("| corpus | --vocab | wall s | tokens/s | CPU ns/token | main RSS "
+              "| largest worker USS | main RSS + workers' USS |")  # fmt: skip
         print("|---|---|---|---|---|---|---|---|")
         for size in args.sizes:
             src = corpora / f"lm1b-{size}M"
