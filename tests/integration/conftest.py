@@ -8,6 +8,7 @@ import pytest
 
 from data_pipeline.prepare import main as prepare_main
 from tests.integration.runs import STEPS, train
+from txl_dist.cli.export import export
 
 VALID_BYTES = 100_000  # of the 1.1 MB valid split: evaluations of a few seconds, not minutes
 
@@ -59,3 +60,12 @@ def zero_runs(wikitext, tmp_path_factory) -> dict[int, Path]:
         )
         runs[stage] = out
     return runs
+
+
+@pytest.fixture(scope="session")
+def exports(zero_runs, tmp_path_factory) -> dict[int, Path]:
+    """Each stage's run exported in fp32 safetensors, the run directory given as CKPT_DIR."""
+    out = tmp_path_factory.mktemp("exports")
+    for stage, run in zero_runs.items():
+        export(str(run), str(out / f"zero{stage}"))
+    return {stage: out / f"zero{stage}" for stage in zero_runs}

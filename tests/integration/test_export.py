@@ -1,4 +1,5 @@
-"""txl-export / txl-eval on the real 2-rank ZeRO 0-3 checkpoints of the `zero_runs` fixture.
+"""txl-export / txl-eval on the real 2-rank ZeRO 0-3 checkpoints of the `zero_runs` fixture
+(exported by the `exports` fixture).
 
 The engine evaluated its bf16 module with the config's eval lengths and train.global_rows (8)
 rows; txl-eval with --dtype bf16 --batch-size 8 repeats exactly that on the exported weights.
@@ -24,15 +25,6 @@ from txl_dist.engine.checkpoint import load_trusted
 from txl_dist.model import TransformerXL
 
 TAG = f"global_step{STEPS}"
-
-
-@pytest.fixture(scope="module")
-def exports(zero_runs, tmp_path_factory) -> dict[int, Path]:
-    """Each stage's run exported in fp32 safetensors, the run directory given as CKPT_DIR."""
-    out = tmp_path_factory.mktemp("exports")
-    for stage, run in zero_runs.items():
-        export(str(run), str(out / f"zero{stage}"))
-    return {stage: out / f"zero{stage}" for stage in zero_runs}
 
 
 def engine_eval(run: Path) -> dict:

@@ -18,19 +18,15 @@ from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
 from txl_dist.cli import evaluate
-from txl_dist.cli.export import export
 
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 TRAIN_MEM = 64  # configs/tiny.json: model.mem_len, with same_length false in training
 
 
 @pytest.fixture(scope="module")
-def models(zero_runs, tmp_path_factory) -> list[Path]:
+def models(exports) -> list[Path]:
     """Stage 0 and stage 2 runs exported in fp32: two models to compare as a group."""
-    out = tmp_path_factory.mktemp("sweep_models")
-    for stage in (0, 2):
-        export(str(zero_runs[stage]), str(out / f"zero{stage}"))
-    return [out / "zero0", out / "zero2"]
+    return [exports[0], exports[2]]
 
 
 def sweep_args(models: list[Path], data: Path) -> list[str]:
