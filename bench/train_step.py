@@ -1,22 +1,29 @@
 """Forward+backward throughput of one Transformer-XL training step (fp32, CPU threads).
 
     python bench/train_step.py [--threads 2] [--reference PATH/transformer-xl/pytorch]
+                               [--compile] [--config configs/tiny.json]
 
 The config is the foundation issue's: 4 layers, d_model 256, 8 heads x 32, d_inner 1024,
-tgt_len = mem_len = 128, batch 8, vocab 10,000, full softmax, dropout 0.1. Prints tokens/s, the
-median of 10 steps after 3 warm-up steps, each step continuing the previous one's memory.
-With --reference, the reference MemTransformerLM is timed the same way in the same run.
+tgt_len = mem_len = 128, batch 8, vocab 10,000, full softmax, dropout 0.1; or with --config the
+model section of a run config (n_token "auto" taken as 32,000) and its train.global_rows as the
+batch. Prints tokens/s, the median of 10 steps after 3 warm-up steps, each step continuing the
+previous one's memory; the runs take turns step by step. With --reference, the reference MemTransformerLM (bench config only) is
+timed the same way in the same run; with --compile, a copy of our model with each decoder layer
+torch.compiled as `train.compile` does (compile time excluded: it happens in the warm-up).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import statistics
 import sys
 import time
 
 import torch
 
+from txl_dist.engine.build import compile_layers
 from txl_dist.model import TransformerXL, TXLConfig
 
 CONFIG = TXLConfig(
@@ -33,16 +40,19 @@ CONFIG = TXLConfig(
 BATCH = 8
 
 
-def time_steps(step, warmup: int, steps: int) -> float:
-    """Median seconds of `steps` calls of step() after `warmup` calls."""
-    for _ in range(warmup):
-        step()
-    times = []
+def time_steps(runs: dict, warmup: int, steps: int) -> dict[str, float]:
+    """Median seconds per step of each run: `warmup` calls each, then `steps` rounds of one
+    call each, interleaved so that a change in the machine's load falls on every run alike."""
+    for step in runs.values():
+        for _ in range(warmup):
+            step()
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, step in runs.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def ours_step(model: TransformerXL, tokens: torch.Tensor):
@@ -55,6 +65,17 @@ def ours_step(model: TransformerXL, tokens: torch.Tensor):
         model.zero_grad(set_to_none=True)
 
     return step
+
+
+def model_and_batch(config_path: str | None) -> tuple[TXLConfig, int]:
+    if config_path is None:
+        return CONFIG, BATCH
+    with open(config_path) as f:
+        run = json.load(f)
+    model = dict(run["model"])
+    if model["n_token"] == "auto":  # from the data, which this benchmark does not read
+        model["n_token"] = 32_000
+    return TXLConfig.from_dict(model), run["train"]["global_rows"]
 
 
 def reference_step(ours: TransformerXL, tokens: torch.Tensor, path: str):
@@ -106,22 +127,32 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--reference", help="path to the reference code's pytorch/ folder")
+    parser.add_argument("--compile", action="store_true", help="also time train.compile's model")
+    parser.add_argument("--config", help="a run config whose model to time instead")
     args = parser.parse_args()
+    if args.reference and args.config:
+        parser.error("--reference times the bench config only")
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    tokens = torch.randint(0, CONFIG.n_token, (BATCH, CONFIG.tgt_len + 1))
-    tokens_per_step = BATCH * CONFIG.tgt_len
+    config, batch = model_and_batch(args.config)
+    tokens = torch.randint(0, config.n_token, (batch, config.tgt_len + 1))
+    tokens_per_step = batch * config.tgt_len
 
-    model = TransformerXL(CONFIG).train()
+    model = TransformerXL(config).train()
     runs = {"txl-dist": ours_step(model, tokens)}
+    if args.compile:
+        compiled = copy.deepcopy(model)
+        compile_layers(compiled)
+        runs["compiled"] = ours_step(compiled, tokens)
     if args.reference:
         runs["reference"] = reference_step(model, tokens, args.reference)
     rates = {}
-    for name, step in runs.items():
-        seconds = time_steps(step, args.warmup, args.steps)
+    for name, seconds in time_steps(runs, args.warmup, args.steps).items():
         rates[name] = tokens_per_step / seconds
         print(f"{name:>10}: {rates[name]:8.0f} tokens/s  ({seconds * 1000:.1f} ms/step)")
+    if "compiled" in rates:
+        print(f"   compile speed-up: {rates['compiled'] / rates['txl-dist']:.2f}x")
     if "reference" in rates:
         print(f"   speedup: {rates['txl-dist'] / rates['reference']:.2f}x")
 

@@ -59,7 +59,7 @@ def _assemble_trainer(
     if config.train.activation_checkpointing:
         _checkpoint_layers(model)
     if config.train.compile:
-        _compile_layers(model)
+        compile_layers(model)
     optimizer = build_optimizer(model, config)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_multiplier(config.optim, config.train.max_steps)
@@ -288,7 +288,7 @@ def _checkpoint_layers(model: TransformerXL) -> None:
         layer.forward = lambda *args, _f=forward: recompute(_f, *args, use_reentrant=False)
 
 
-def _compile_layers(model: TransformerXL) -> None:
+def compile_layers(model: TransformerXL) -> None:
     """torch.compile each decoder layer in place, so state-dict names (checkpoints) are unchanged.
 
     Per layer, not the whole model: the adaptive softmax's per-cluster gathers have data-dependent
