@@ -14,6 +14,7 @@ reloaded from another file with the same tokens in the same order has the same h
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from collections.abc import Iterable, Sequence
 
@@ -44,7 +45,7 @@ class Vocab:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    @property
+    @functools.cached_property  # the token list never changes; preparing asks once per unit
     def sha256(self) -> str:
         """Hash of the token list in id order (counts excluded)."""
         return hashlib.sha256(("\n".join(self.tokens) + "\n").encode("utf-8")).hexdigest()
