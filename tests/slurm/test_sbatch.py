@@ -27,6 +27,25 @@ from tests.slurm.conftest import (
 TWO_NODES = ["--nodes=2", "--ntasks-per-node=1"]
 
 
+def slurm_log(out, job_id: str) -> str:
+    try:
+        return (out / f"slurm-{job_id}.out").read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def completes_in_the_allocation(cluster, out, job_id: str, fault: str, since: float) -> str:
+    """Wait for a step trained after the restart, print how long after `since` it came, and for
+    the job's end; assert it COMPLETED without a requeue and return its log."""
+    wait_for("a step trained again", lambda: any(r["restart"] for r in records(out)), 180)
+    print(f"{fault}: training again after {time.monotonic() - since:.1f} s")
+    job = cluster.wait_job(job_id, timeout=300)
+    log = slurm_log(out, job_id)
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
+    assert job["Restarts"] == "0"  # restarted inside the allocation, not requeued
+    return log
+
+
 def test_job_trains_evaluates_and_checkpoints(reference):
     out, job = reference
     log = (out / f"slurm-{job['JobId']}.out").read_text()
@@ -121,14 +140,7 @@ def test_killed_rank_restarts_the_step_and_the_job_completes(
     job_id = cluster.sbatch(out, [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1"], args)
     wait_for("the first checkpoint", (out / "checkpoints" / "latest").exists, timeout=180)
     os.kill(rank_pid(out, rank=1), signal.SIGKILL)  # node 2's only rank
-    killed = time.monotonic()
-    wait_for("a step trained again", lambda: any(r["restart"] for r in records(out)), 180)
-    print(f"from the kill to a step trained again: {time.monotonic() - killed:.1f} s")
-    job = cluster.wait_job(job_id, timeout=300)
-
-    log = (out / f"slurm-{job_id}.out").read_text()
-    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
-    assert job["Restarts"] == "0"  # restarted inside the allocation, not requeued
+    log = completes_in_the_allocation(cluster, out, job_id, "SIGKILL", time.monotonic())
     assert "the training step failed (exit 1): restart 1 of 3 on n[1-2]" in log
     assert_restarted_and_resumed_exactly(log, out, reference[0])
     trained = [r for r in records(out) if "split" not in r]
@@ -155,13 +167,6 @@ HANG = ["train.save_interval=5", "train.hang_timeout_s=10"]
 FOUND_HUNG = r"rank \d \(node \d, host n\d\) found the run hung \(exit 75\)"
 
 
-def slurm_log(out, job_id: str) -> str:
-    try:
-        return (out / f"slurm-{job_id}.out").read_text()
-    except FileNotFoundError:
-        return ""
-
-
 def test_stopped_rank_is_found_hung_and_the_job_completes(cluster, reference, wikitext, tmp_path):
     out = tmp_path / "run"
     args = pretrain_args(out, wikitext, HANG)
@@ -174,16 +179,9 @@ def test_stopped_rank_is_found_hung_and_the_job_completes(cluster, reference, wi
         lambda: "rank 0 hung" in slurm_log(out, job_id) and time.monotonic() - stopped,
         timeout=60,
     )
-    wait_for("a step trained again", lambda: any(r["restart"] for r in records(out)), 180)
-    print(
-        f"SIGSTOP: found hung after {found:.1f} s, training again after "
-        f"{time.monotonic() - stopped:.1f} s"
+    log = completes_in_the_allocation(
+        cluster, out, job_id, f"SIGSTOP found in {found:.1f} s", stopped
     )
-    job = cluster.wait_job(job_id, timeout=300)
-
-    log = slurm_log(out, job_id)
-    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
-    assert job["Restarts"] == "0"  # restarted inside the allocation
     assert "[txl-dist] rank 0 hung: no progress in " in log
     assert "not answering: rank 1 (last heard " in log
     assert found < 10 + 10  # the timeout, then heartbeats
@@ -209,16 +207,10 @@ def test_cut_link_is_found_hung_and_the_job_completes_once_it_heals(
         )
     finally:
         cluster.set_link("n2", "up")
-    wait_for("a step trained again", lambda: any(r["restart"] for r in records(out)), 180)
-    print(
-        f"cut link: both ranks exited after {found:.1f} s, training again after "
-        f"{time.monotonic() - cut:.1f} s"
+    # The nodes stayed in the allocation: no requeue.
+    log = completes_in_the_allocation(
+        cluster, out, job_id, f"cut link, exits in {found:.1f} s", cut
     )
-    job = cluster.wait_job(job_id, timeout=300)
-
-    log = slurm_log(out, job_id)
-    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
-    assert job["Restarts"] == "0"  # the nodes stayed in the allocation: no requeue
     assert "[txl-dist] rank 0 hung: no progress in " in log
     assert "[txl-dist] rank 1 hung: no progress in " in log
     assert found < 10 + 10
@@ -233,17 +225,10 @@ def test_elastic_job_continues_on_the_node_left(cluster, wikitext, tmp_path):
     try:
         wait_for("the first checkpoint", (out / "checkpoints" / "latest").exists, timeout=180)
         cluster.run("scontrol", "update", "nodename=n2", "state=down", "reason=txl-test")
-        down = time.monotonic()
-        wait_for("a step trained again", lambda: any(r["restart"] for r in records(out)), 180)
-        print(f"node down: training again on the node left after {time.monotonic() - down:.1f} s")
-        job = cluster.wait_job(job_id, timeout=300)
+        log = completes_in_the_allocation(cluster, out, job_id, "n2 down", time.monotonic())
     finally:  # the next tests need both nodes
         cluster.wait_job(job_id, timeout=300)
         cluster.return_to_service("n2")
-
-    log = slurm_log(out, job_id)
-    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
-    assert job["Restarts"] == "0"  # continued in the allocation, not requeued
     assert "node(s) n2 gone: continuing on 1 node(s) (n1), 1 ranks (TXL_ELASTIC=1)" in log
     saved = int(re.search(r"resuming from global_step(\d+) at step \1\n", log).group(1))
     assert "saved on 2 ranks, now 1" in log
