@@ -7,9 +7,10 @@ The config is the foundation issue's: 4 layers, d_model 256, 8 heads x 32, d_inn
 tgt_len = mem_len = 128, batch 8, vocab 10,000, full softmax, dropout 0.1; or with --config the
 model section of a run config (n_token "auto" taken as 32,000) and its train.global_rows as the
 batch. Prints tokens/s, the median of 10 steps after 3 warm-up steps, each step continuing the
-previous one's memory; the runs take turns step by step. With --reference, the reference MemTransformerLM (bench config only) is
-timed the same way in the same run; with --compile, a copy of our model with each decoder layer
-torch.compiled as `train.compile` does (compile time excluded: it happens in the warm-up).
+previous one's memory; the runs take turns step by step. With --reference, the reference
+MemTransformerLM (bench config only) is timed the same way in the same run; with --compile, a
+copy of our model with each decoder layer torch.compiled as `train.compile` does (compile time
+excluded: it happens in the warm-up).
 """
 
 from __future__ import annotations
