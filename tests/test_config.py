@@ -25,7 +25,8 @@ def preset(name: str) -> dict:
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_preset_runs_on_cluster_sizes_or_says_which(name):
     config = run_config_from_dict(preset(name))
-    rows, limit = config.train.global_rows, config.train.max_micro_rows
+    rows = config.train.global_rows
+    limit = config.train.max_micro_rows or rows  # no cap: a rank's rows in one micro batch
     for world_size in (1, 2, 4, 8, 16, 32, 64):
         if rows % world_size == 0:
             micro, accum = config.batch_layout(world_size)
@@ -144,7 +145,10 @@ def test_txl_set_overrides_apply_after_set_and_are_named_in_errors(tmp_path):
 
 
 def test_batch_layout_derives_micro_batch_and_accumulation_and_refuses_inconsistency():
-    config = run_config_from_dict(preset("tiny"))  # global_rows 8, max_micro_rows 4
+    values = preset("tiny")  # global_rows 8, no max_micro_rows
+    assert run_config_from_dict(values).batch_layout(world_size=1) == (8, 1)
+    values["train"]["max_micro_rows"] = 4
+    config = run_config_from_dict(values)
     assert config.batch_layout(world_size=2) == (4, 1)
     assert config.batch_layout(world_size=1) == (4, 2)
     with pytest.raises(ConfigError, match=r"global_rows=8 does not split evenly over 3 ranks"):
