@@ -77,9 +77,14 @@ class Cluster:
         node back when its slurmd registers), and wait until it takes jobs."""
         resume = ["scontrol", "update", f"nodename={node}", "state=resume"]
         subprocess.run(self.on_node("n1", resume), env=self.env(), capture_output=True, timeout=60)
+        self.wait_until_idle()
+
+    def wait_until_idle(self) -> None:
+        """Until both nodes take jobs: after a cut link slurmctld may hold n2 as not
+        responding for a while, and a test that spreads jobs over the nodes needs both."""
         wait_for(
-            f"{node} back in service",
-            lambda: self.run("sinfo", "-h", "-n", node, "-o", "%T").strip() == "idle",
+            "both nodes idle",
+            lambda: self.run("sinfo", "-h", "-o", "%D %T").strip() == "2 idle",
             timeout=180,
             interval=1.0,
         )

@@ -64,6 +64,7 @@ def test_array_parts_and_merges_equal_one_process_and_a_killed_part_reruns(
     logs.mkdir()
     args = prepare_args(source, out)
     two_nodes = ["--array=1-2", "--cpus-per-task=2"]  # a node has 2 CPUs: one part per node
+    cluster.wait_until_idle()  # an earlier test may have cut n2 off
 
     # Round 1: the parts count words, the merge builds the vocabulary.
     counting = submit(cluster, logs, args, *two_nodes)
