@@ -212,7 +212,9 @@ def test_cut_link_is_found_hung_and_the_job_completes_once_it_heals(
         cluster, out, job_id, f"cut link, exits in {found:.1f} s", cut
     )
     assert "[txl-dist] rank 0 hung: no progress in " in log
-    assert "[txl-dist] rank 1 hung: no progress in " in log
+    # Rank 1's line reaches the job log through srun across the cut link, which can lose it;
+    # the stacks its watchdog dumped are on the shared disk.
+    assert "in _dump_stacks" in (out / "errors" / "rank1.txt").read_text()
     assert found < 10 + 10
     assert_restarted_and_resumed_exactly(log, out, reference[0], failed=FOUND_HUNG)
 
