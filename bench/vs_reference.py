@@ -34,7 +34,7 @@ from pathlib import Path
 
 import fsspec
 
-from data_pipeline.shards import TOKEN_BYTES, decode_sample, load_manifest, manifest_url, shard_url
+from data_pipeline.shards import decode_sample, load_manifest, manifest_url, shard_url
 from data_pipeline.vocab import Vocab
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,8 +65,7 @@ def split_text(data: str, split: str, vocab: Vocab, max_tokens: int | None = Non
         with fsspec.open(shard_url(url, shard), "rb") as f:
             blob = f.read()
         for i in range(len(shard.sample_tokens)):
-            lo = shard.lengths_offsets[i]
-            span = blob[lo : shard.sample_offsets[i] + TOKEN_BYTES * shard.sample_tokens[i]]
+            span = blob[slice(*shard.sample_span(i))]
             ids.extend(decode_sample(span, shard, i, url, manifest.vocab_size)[0].tolist())
     words = vocab.decode(ids[:max_tokens])
     return " ".join(words).replace(" <eos> ", "\n").replace("<eos>", "\n").strip(" ") + "\n"

@@ -98,6 +98,13 @@ class ShardInfo:
     sample_continues: list[int] = field(default_factory=list)
     """1 where a sample's first entry continues the document that ends the sample before it."""
 
+    def sample_span(self, index: int) -> tuple[int, int]:
+        """[start, end) of sample ``index``'s bytes in the shard file: lengths, then tokens."""
+        return (
+            self.lengths_offsets[index],
+            self.sample_offsets[index] + TOKEN_BYTES * self.sample_tokens[index],
+        )
+
 
 @dataclass
 class Manifest:
@@ -350,11 +357,7 @@ def index_shard(name: str, data: bytes, samples: list[Sample]) -> ShardInfo:
     lengths_offsets, token_offsets = offsets[0::2], offsets[1::2]
     sample_tokens = [len(s.tokens) for s in samples]
     continues = [int(s.continues) for s in samples]
-    crcs = [
-        zlib.crc32(data[lo : to + TOKEN_BYTES * n])
-        for lo, to, n in zip(lengths_offsets, token_offsets, sample_tokens)
-    ]
-    return ShardInfo(
+    shard = ShardInfo(
         url=name,
         bytes=len(data),
         sha256=hashlib.sha256(data).hexdigest(),
@@ -364,9 +367,12 @@ def index_shard(name: str, data: bytes, samples: list[Sample]) -> ShardInfo:
         sample_documents=[len(s.lengths) for s in samples],
         sample_offsets=token_offsets,
         lengths_offsets=lengths_offsets,
-        sample_crc32=crcs,
         sample_continues=continues,
     )
+    shard.sample_crc32 = [
+        zlib.crc32(data[slice(*shard.sample_span(i))]) for i in range(len(samples))
+    ]
+    return shard
 
 
 # ---------------------------------------------------------------- reading and checking samples
@@ -376,12 +382,8 @@ def decode_sample(
     span: bytes, shard: ShardInfo, index: int, url: str, vocab_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(tokens, doc lengths) of sample ``index`` from its bytes; checks size, CRC, lengths, ids."""
-    lo, to, n = (
-        shard.lengths_offsets[index],
-        shard.sample_offsets[index],
-        shard.sample_tokens[index],
-    )
-    expected = to + TOKEN_BYTES * n - lo
+    start, end = shard.sample_span(index)
+    n, expected = shard.sample_tokens[index], end - start
     if len(span) < expected:
         raise ShardTruncatedError(
             f"{url}: sample {index} is truncated ({len(span)} of {expected} bytes read); "
@@ -397,7 +399,7 @@ def decode_sample(
             f"{url}: sample {index} is corrupt (CRC-32 mismatch); re-run txl-prepare"
         )
     lengths = np.frombuffer(span, "<i4", shard.sample_documents[index], 0)
-    tokens = np.frombuffer(span, "<i4", n, to - lo)
+    tokens = np.frombuffer(span, "<i4", n, shard.sample_offsets[index] - start)
     # A CRC is no proof against a crafted shard (it can be recomputed): lengths must add up,
     # and ids outside the vocabulary would index past the embedding or score as 0.
     if len(lengths) and (lengths.min() < 0 or lengths.sum(dtype=np.int64) != n):
@@ -482,10 +484,11 @@ def scan_shard(f, shard: ShardInfo, vocab_size: int, url: str) -> tuple[str, Dat
         pos += len(data)
         return data
 
-    for i, lo in enumerate(shard.lengths_offsets):
-        while pos < lo and read(min(READ_BYTES, lo - pos)):
+    for i in range(len(shard.sample_tokens)):
+        start, end = shard.sample_span(i)
+        while pos < start and read(min(READ_BYTES, start - pos)):
             pass  # tar headers before the sample: hashed, not kept
-        span = read(shard.sample_offsets[i] + TOKEN_BYTES * shard.sample_tokens[i] - lo)
+        span = read(end - start)
         try:
             decode_sample(span, shard, i, url, vocab_size)
         except DataError as err:

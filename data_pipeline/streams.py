@@ -59,7 +59,6 @@ from data_pipeline.errors import (
     VocabMismatchError,
 )
 from data_pipeline.shards import (
-    TOKEN_BYTES,
     Manifest,
     ShardInfo,
     decode_sample,
@@ -141,10 +140,7 @@ class SampleTable:
 
     def byte_range(self, sample: int) -> tuple[int, int]:
         """[start, end) of a sample's lengths + tokens in its shard file."""
-        shard, i = self.shards[self.shard_of[sample]], self.index_in_shard[sample]
-        return shard.lengths_offsets[i], shard.sample_offsets[
-            i
-        ] + TOKEN_BYTES * shard.sample_tokens[i]
+        return self.shards[self.shard_of[sample]].sample_span(self.index_in_shard[sample])
 
 
 @dataclass(frozen=True)
