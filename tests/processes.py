@@ -17,8 +17,13 @@ from collections.abc import Iterator
 
 @contextlib.contextmanager
 def process_group(args: list[str], **popen_kwargs) -> Iterator[subprocess.Popen]:
-    """Popen(args) as the leader of a new process group, killed whole when the block exits."""
-    proc = subprocess.Popen(args, start_new_session=True, **popen_kwargs)
+    """Popen(args) as the leader of a new process group, killed whole when the block exits.
+
+    Python processes in it print every thread's stack if they crash (a C++ abort in a library
+    otherwise leaves only "terminate called ..." in the test's output).
+    """
+    env = {**(popen_kwargs.pop("env", None) or os.environ), "PYTHONFAULTHANDLER": "1"}
+    proc = subprocess.Popen(args, start_new_session=True, env=env, **popen_kwargs)
     try:
         yield proc
     finally:
