@@ -2,8 +2,8 @@
 
 Launchers start ranks, and ranks start helpers (wandb, DeepSpeed's compile); killing the child a
 test started leaves those running. Every launcher a test starts here gets a process group of its
-own, and the whole group is killed when the test is done with it: on success, on a timeout, on a
-failure and on Ctrl-C (KeyboardInterrupt) alike.
+own, and the whole group, with every descendant that left it, is killed when the test is done
+with it: on success, on a timeout, on a failure and on Ctrl-C (KeyboardInterrupt) alike.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
+
+import psutil
 
 
 @contextlib.contextmanager
@@ -41,5 +43,23 @@ def run(args: list[str], timeout: float, **popen_kwargs) -> subprocess.Completed
 
 
 def kill_group(pgid: int) -> None:
+    """SIGKILL the group led by `pgid` and every descendant of its leader, also those in
+    sessions of their own (torchrun starts each rank in a new session, out of the group's
+    reach). The family is frozen first, so no launcher starts another rank meanwhile."""
+    for proc in family(pgid):
+        with contextlib.suppress(psutil.Error):
+            proc.suspend()
+    for proc in family(pgid):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def family(pid: int) -> list[psutil.Process]:
+    """The process `pid` and its descendants; none once it has exited."""
+    try:
+        leader = psutil.Process(pid)
+        return [leader, *leader.children(recursive=True)]
+    except psutil.Error:
+        return []

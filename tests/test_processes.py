@@ -9,11 +9,13 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.processes import kill_group
 
-# A test that starts a "launcher" whose "rank" is a grandchild, as deepspeed/torchrun do.
+# A test that starts a "launcher" whose "rank" is a grandchild, as deepspeed and torchrun do;
+# torchrun starts its ranks in sessions of their own (NEW_SESSION).
 LAUNCHING_TEST = """
 import sys
 from tests.processes import run
@@ -21,7 +23,7 @@ from tests.processes import run
 RANK = "import time; time.sleep(300)"
 LAUNCHER = (
     "import subprocess, sys, time; "
-    f"rank = subprocess.Popen([sys.executable, '-c', {RANK!r}]); "
+    f"rank = subprocess.Popen([sys.executable, '-c', {RANK!r}], start_new_session=NEW_SESSION); "
     "open(sys.argv[1], 'w').write(str(rank.pid)); time.sleep(300)"
 )
 
@@ -30,9 +32,11 @@ def test_launches():
 """
 
 
-def test_ctrl_c_during_a_test_ends_the_launcher_and_its_ranks(tmp_path):
+@pytest.mark.parametrize("new_session", [False, True], ids=["deepspeed", "torchrun"])
+def test_ctrl_c_during_a_test_ends_the_launcher_and_its_ranks(tmp_path, new_session):
     pid_file = tmp_path / "rank.pid"
     test = LAUNCHING_TEST.replace("PID_FILE", repr(str(pid_file)))
+    test = test.replace("NEW_SESSION", repr(new_session))
     (tmp_path / "test_launching.py").write_text(test)
     pytest_run = subprocess.Popen(
         # A basetemp of its own: a new numbered one would remove old ones at exit, for minutes.
