@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from txl_dist.config import load_run_config
 from txl_dist.engine.build import build_model, build_optimizer, deepspeed_config
-from txl_dist.engine.dist import init_distributed, world_from_env
+from txl_dist.engine.dist import end_distributed, init_distributed, world_from_env
 
 STEPS = 3
 
@@ -56,3 +56,4 @@ if __name__ == "__main__":
         by_stage[stage] = torch.stack(every)  # [ranks, steps]
     if world.is_main:
         torch.save(by_stage, out_file)
+    end_distributed()

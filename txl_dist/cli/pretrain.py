@@ -23,7 +23,7 @@ from data_pipeline.redact import redact_text
 from txl_dist.config import ConfigError, RunConfig, load_run_config
 from txl_dist.engine import checkpoint, preflight, run_dir
 from txl_dist.engine.build import build_trainer
-from txl_dist.engine.dist import World, world_from_env
+from txl_dist.engine.dist import World, end_distributed, world_from_env
 from txl_dist.logs import configure_logging
 from txl_dist.restarts import restart_line, take_exit_notes, tell_guard
 
@@ -107,9 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     if stopped_early and args.stop_file and world.is_main:
         checkpoints = os.path.join(config.train.out_dir, checkpoint.CHECKPOINT_DIR)
         _write_stop_file(args.stop_file, trainer.step, stopped_early, checkpoints)
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    end_distributed()
 
 
 # Errors found before training starts, and how their one line begins.

@@ -107,6 +107,19 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
     return torch.device(accelerator.device_name(world.local_rank))
 
 
+def end_distributed() -> None:
+    """Leave the process group together with the other ranks, before the process exits.
+
+    A rank that exits with its gloo group alive, while a peer still works (rank 0 writing a
+    file), can abort in the group's teardown ("terminate called without an active exception").
+    """
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def _unlink_shm_buffer(rank: int) -> None:
     """Remove this rank's DeepSpeed shared-memory allreduce buffer from /dev/shm.
 
