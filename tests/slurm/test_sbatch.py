@@ -106,8 +106,9 @@ def test_wallclock_stops_requeue_until_the_run_is_done(cluster, wikitext, tmp_pa
     out = tmp_path / "run"
     # No warning signal: every start stops itself 25 s after its processes started (about 10
     # of them starting up, the rest training), checkpoints and requeues, until all steps are done.
-    # 200 steps take 30 s or more on 2 CPU cores: at least one stop even on an idle machine.
-    steps = 200
+    # 400 steps take 28 s or more on 2 CPU cores (71 ms a step at the fastest seen; 200 once
+    # fitted in one start): at least one stop even on an idle machine.
+    steps = 400
     args = pretrain_args(out, wikitext, ["train.max_wallclock=25", f"train.max_steps={steps}"])
     sbatch = [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1,TXL_LAUNCHER=deepspeed"]
     job_id = cluster.sbatch(out, sbatch, args)
