@@ -34,7 +34,7 @@ from data_pipeline.shards import load_manifest, manifest_url
 from data_pipeline.streams import IGNORE_INDEX, Geometry, TokenStreams
 from data_pipeline.vocab import EOS, Vocab
 from txl_dist.context import RECL_THRESHOLD, write_csv
-from txl_dist.engine.dist import World, init_distributed, world_from_env
+from txl_dist.engine.dist import World, end_distributed, init_distributed, world_from_env
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.exported import DTYPES, export_level, export_vocab
 from txl_dist.model import TransformerXL
@@ -336,10 +336,10 @@ def main(argv: list[str] | None = None) -> int:
             output = run(args, world, device)
     except (DataError, FileNotFoundError, ValueError) as err:
         print(f"txl-eval: error: {err}", file=sys.stderr)
-        return 1
-    finally:
-        if dist.is_initialized():
+        if dist.is_initialized():  # no barrier: another rank may have failed elsewhere
             dist.destroy_process_group()
+        return 1
+    end_distributed()
     if world.is_main:
         print(render(output, args.json))
     return 0
