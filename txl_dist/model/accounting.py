@@ -92,5 +92,5 @@ def activation_bytes_per_row(c: TXLConfig, dtype_bytes: int = 2) -> float:
         k * d + 3 * q * inner + 2 * k * inner + 3 * scores + 4 * q * d + 2 * q * c.d_inner
     ) + (scores + 2 * q * d + q * c.d_inner)  # one-byte dropout masks
     memory = c.n_layer * c.mem_len * d * dtype_bytes
-    softmax = 2 * 4 * q * head_cluster_size(c) + 2 * dtype_bytes * q * d
+    softmax = 4 * q * head_cluster_size(c) + 2 * dtype_bytes * q * d  # float32 log-softmax
     return c.n_layer * per_layer + memory + softmax

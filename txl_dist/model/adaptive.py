@@ -124,23 +124,24 @@ class AdaptiveLogSoftmax(nn.Module):
                 reduction="none",
                 ignore_index=IGNORE_INDEX,
             )
-        order, sizes = self._group_by_cluster(targets)
+        cluster, order, sizes = self._group_by_cluster(targets)
+        # One gather from the head for every row: its own token's column for a head-cluster
+        # target, the cluster's column -i for a target in tail cluster i (ignored rows: any
+        # column, zeroed at the end), so the head's gradient is built in one pass.
+        head_size = self.bounds[0][1]
+        column = torch.where(cluster == 0, targets, head_size + self.n_clusters - cluster)
         head = self._head_log_probs(hidden)  # [N, head size + n_clusters]
-        log_probs = []
+        nll = -head.gather(1, column.clamp(min=0).unsqueeze(1)).squeeze(1)
         groups = order.split(sizes)
-        for i, rows in enumerate(groups[: self.n_clusters + 1]):
+        for i in range(1, self.n_clusters + 1):
+            rows = groups[i]
             local = (targets[rows] - self.bounds[i][0]).unsqueeze(1)  # [n_i, 1]
-            if i == 0:
-                log_probs.append(head[rows].gather(1, local).squeeze(1))
-                continue
             tail = F.log_softmax(self._cluster_logits(hidden[rows], i).float(), dim=-1)
-            log_probs.append(head[rows, -i] + tail.gather(1, local).squeeze(1))
-        scored = order[: sum(sizes[: self.n_clusters + 1])]
-        nll = torch.zeros(targets.shape, dtype=torch.float32, device=hidden.device)
-        return nll.index_copy(0, scored, -torch.cat(log_probs))
+            nll = nll.index_add(0, rows, tail.gather(1, local).squeeze(1), alpha=-1)
+        return nll.masked_fill(targets == IGNORE_INDEX, 0.0)
 
-    def _group_by_cluster(self, targets: Tensor) -> tuple[Tensor, list[int]]:
-        """Row indices sorted by target cluster, and the rows per cluster (head first).
+    def _group_by_cluster(self, targets: Tensor) -> tuple[Tensor, Tensor, list[int]]:
+        """Each row's cluster, row indices sorted by cluster, and the rows per cluster (head first).
 
         Two more groups follow the clusters: ids outside [0, n_token), which raise, and ignored
         targets. The sizes are the one device-to-host transfer (n_clusters + 3 integers).
@@ -158,7 +159,7 @@ class AdaptiveLogSoftmax(nn.Module):
                 f"(and not the ignore index {IGNORE_INDEX}): the data's vocabulary does not "
                 "match the model"
             )
-        return torch.argsort(cluster, stable=True), sizes
+        return cluster, torch.argsort(cluster, stable=True), sizes
 
     def log_probs(self, hidden: Tensor) -> Tensor:
         """Log-probabilities over the whole vocabulary, [N, n_token] float32."""
