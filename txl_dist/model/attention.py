@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from txl_dist.model.config import TXLConfig
+from txl_dist.model.dropout import Dropout
 
 
 def sinusoid_encoding(distances: Tensor, d_model: int) -> Tensor:
@@ -97,7 +98,7 @@ class RelMultiHeadAttention(nn.Module):
         self.r_net = nn.Linear(config.d_model, inner, bias=False)
         self.o_net = nn.Linear(inner, config.d_model, bias=False)
         self.layer_norm = nn.LayerNorm(config.d_model)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
 
     def forward(
         self,

@@ -28,6 +28,7 @@ from txl_dist.model.attention import (
     sinusoid_encoding,
 )
 from txl_dist.model.config import TXLConfig
+from txl_dist.model.dropout import Dropout
 from txl_dist.model.safetensors_io import save_streaming
 
 CONFIG_FILE = "config.json"
@@ -59,9 +60,9 @@ class FeedForward(nn.Module):
         self.CoreNet = nn.Sequential(  # noqa: N815 (reference state-dict name)
             nn.Linear(config.d_model, config.d_inner),
             nn.ReLU(inplace=True),
-            nn.Dropout(config.dropout),
+            Dropout(config.dropout),
             nn.Linear(config.d_inner, config.d_model),
-            nn.Dropout(config.dropout),
+            Dropout(config.dropout),
         )
         self.layer_norm = nn.LayerNorm(config.d_model)
 
@@ -88,7 +89,7 @@ class TransformerXL(nn.Module):
         super().__init__()
         self.config = dataclasses.replace(config)  # ours: set_lengths never edits the caller's
         self.word_emb = AdaptiveEmbedding(config)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_layer))
         # u and v of the paper: one pair shared by all layers, as in the reference code.
         self.r_w_bias = nn.Parameter(torch.empty(config.n_head, config.d_head))
