@@ -67,6 +67,10 @@ def _assemble_trainer(
     engine, _, _, scheduler = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
     )
+    if engine.dp_world_size == 1 and engine.optimizer is optimizer:
+        # One rank, and DeepSpeed steps our optimizer itself (fp32, ZeRO-0): its backward would
+        # still copy every gradient into a flat buffer, all-reduce it alone and copy it back.
+        engine.enable_backward_allreduce = False
     streams = open_streams(config, world, config.data.train_split, tail=False, rows=micro * accum)
     memory = MemoryBank(accum)
     state = RunState(run_id=uuid.uuid4().hex[:12])
