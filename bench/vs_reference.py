@@ -1,7 +1,7 @@
 """The tiny config trained by txl-dist and by the reference train.py, side by side in one run.
 
     python bench/vs_reference.py --reference PATH/transformer-xl --data runs/data/wikitext-103 \
-        [--steps 600]
+        [--steps 600] [--rounds 1]
 
 PATH/transformer-xl is a checkout of kimiyoung/transformer-xl (never part of this repo). Its
 `pytorch/` directory is copied to a temporary directory with the two fixes its CPU run needs on
@@ -17,7 +17,10 @@ cosine to 0 at --steps), clipping 0.25 and dropout 0.1:
   - `deepspeed --num_gpus 2 launch/pretrain.py --config configs/tiny.json` (ZeRO-2 bf16, as
     shipped).
 Prints tokens/s over all steps after the first log window (start-up and first steps excluded
-for every run alike) and the mean loss of the windows ending at 100, 300 and the last step.
+for every run alike), the ratio to the reference of the same round and the mean loss of the
+windows ending at 100, 300 and the last step. On a machine shared with other jobs the speed of
+a run swings by a quarter from minute to minute: --rounds N repeats the three runs N times,
+every other round in reverse order, and prints the median ratio with its range.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from statistics import median
 
 import fsspec
 
@@ -41,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = json.loads((REPO / "configs" / "tiny.json").read_text())
 ROWS, TGT_LEN = TINY["train"]["global_rows"], TINY["model"]["tgt_len"]
 LOG_INTERVAL = 20
+REFERENCE = "reference train.py, 1 process, fp32"
 FIXES = {  # file -> [(old, new)]: what the reference needs to run on CPU with today's torch
     "mem_transformer.py": [(".byte()", ".bool()")],
     "utils/proj_adaptive_softmax.py": [
@@ -171,6 +176,7 @@ def main() -> None:
     parser.add_argument("--reference", type=Path, required=True, help="kimiyoung/transformer-xl")
     parser.add_argument("--data", required=True, help="a prepared WikiText-103 root")
     parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--rounds", type=int, default=1, help="repeat all runs, taking turns")
     args = parser.parse_args()
     if args.steps % LOG_INTERVAL or args.steps < 300:
         sys.exit(f"--steps must be a multiple of {LOG_INTERVAL}, at least 300")
@@ -189,25 +195,39 @@ def main() -> None:
         deepspeed = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2"]
         steps = [f"train.max_steps={args.steps}"]
         runs = {
-            "reference train.py, 1 process, fp32": run_reference(
-                tree, corpus, tmp / "ref", args.steps
+            REFERENCE: lambda out: run_reference(tree, corpus, out, args.steps),
+            "txl-dist python, 1 process, fp32 ZeRO-0": lambda out: run_ours(
+                args.data, [sys.executable], steps + fp32, out
             ),
-            "txl-dist python, 1 process, fp32 ZeRO-0": run_ours(
-                args.data, [sys.executable], steps + fp32, tmp / "one"
-            ),
-            "txl-dist deepspeed, 2 ranks, ZeRO-2 bf16": run_ours(
-                args.data, deepspeed, steps, tmp / "two"
+            "txl-dist deepspeed, 2 ranks, ZeRO-2 bf16": lambda out: run_ours(
+                args.data, deepspeed, steps, out
             ),
         }
+        rounds = []
+        for r in range(args.rounds):
+            # Every other round runs in reverse order, so a slow spell of a shared machine
+            # does not always land on the same run.
+            names = list(runs) if r % 2 == 0 else list(reversed(runs))
+            rounds.append({name: runs[name](tmp / f"{r}-{i}") for i, name in enumerate(names)})
 
-    base = summary(next(iter(runs.values())))[0]
     marks = sorted({100, 300, args.steps})
     print(f"tiny config, {args.steps} steps of {ROWS} x {TGT_LEN} tokens, {os.cpu_count()} CPUs")
-    print(f"{'run':<42} {'tokens/s':>9} {'x ref':>6} " + " ".join(f"loss@{s:<4}" for s in marks))
-    for name, windows in runs.items():
-        tokens_per_s, losses = summary(windows)
-        row = " ".join(f"{losses[s]:9.3f}" for s in marks)
-        print(f"{name:<42} {tokens_per_s:9.0f} {tokens_per_s / base:6.2f} {row}")
+    print(
+        f"{'round':>5} {'run':<42} {'tokens/s':>9} {'x ref':>6} "
+        + " ".join(f"loss@{s:<4}" for s in marks)
+    )
+    ratios = {name: [] for name in runs}
+    for r, windows_by_name in enumerate(rounds, start=1):
+        base = summary(windows_by_name[REFERENCE])[0]
+        for name in runs:
+            tokens_per_s, losses = summary(windows_by_name[name])
+            ratios[name].append(tokens_per_s / base)
+            row = " ".join(f"{losses[s]:9.3f}" for s in marks)
+            print(f"{r:>5} {name:<42} {tokens_per_s:9.0f} {tokens_per_s / base:6.2f} {row}")
+    if args.rounds > 1:
+        print("x ref over the rounds, median (min - max):")
+        for name, values in list(ratios.items())[1:]:
+            print(f"  {name:<42} {median(values):.2f} ({min(values):.2f} - {max(values):.2f})")
 
 
 if __name__ == "__main__":
