@@ -126,6 +126,8 @@ def run_reference(
         "--seed": 1111,
     }
     argv = [str(a) for k, v in args.items() for a in ((k,) if v is None else (k, v))]
+    # It caches the tokenized corpus as a pickle that today's torch.load refuses to read back.
+    (corpus / "cache.pt").unlink(missing_ok=True)
     proc = subprocess.run(
         [sys.executable, "train.py", *argv], cwd=tree, capture_output=True, text=True
     )
