@@ -228,8 +228,9 @@ def main() -> None:
             print(f"{r:>5} {name:<42} {tokens_per_s:9.0f} {tokens_per_s / base:6.2f} {row}")
     if args.rounds > 1:
         print("x ref over the rounds, median (min - max):")
-        for name, values in list(ratios.items())[1:]:
-            print(f"  {name:<42} {median(values):.2f} ({min(values):.2f} - {max(values):.2f})")
+        for name, values in ratios.items():
+            if name != REFERENCE:
+                print(f"  {name:<42} {median(values):.2f} ({min(values):.2f} - {max(values):.2f})")
 
 
 if __name__ == "__main__":

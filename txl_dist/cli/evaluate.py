@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from data_pipeline.errors import DataError
 from data_pipeline.shards import load_manifest, manifest_url
@@ -336,8 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             output = run(args, world, device)
     except (DataError, FileNotFoundError, ValueError) as err:
         print(f"txl-eval: error: {err}", file=sys.stderr)
-        if dist.is_initialized():  # no barrier: another rank may have failed elsewhere
-            dist.destroy_process_group()
+        end_distributed(together=False)  # another rank may have failed elsewhere
         return 1
     end_distributed()
     if world.is_main:

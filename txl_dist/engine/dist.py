@@ -107,16 +107,18 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
     return torch.device(accelerator.device_name(world.local_rank))
 
 
-def end_distributed() -> None:
-    """Leave the process group together with the other ranks, before the process exits.
+def end_distributed(together: bool = True) -> None:
+    """Leave the process group before the process exits, together with the other ranks.
 
     A rank that exits with its gloo group alive, while a peer still works (rank 0 writing a
     file), can abort in the group's teardown ("terminate called without an active exception").
+    together=False skips the barrier: on an error path the other ranks may never reach it.
     """
     import torch.distributed as dist
 
     if dist.is_initialized():
-        dist.barrier()
+        if together:
+            dist.barrier()
         dist.destroy_process_group()
 
 
