@@ -6,6 +6,7 @@ import torch
 from txl_dist.model import TXLConfig
 from txl_dist.model.attention import (
     RelMultiHeadAttention,
+    attend,
     attention_bias,
     attention_mask,
     masked_scores,
@@ -97,3 +98,42 @@ def test_masked_scores_equal_scaling_then_masking_forward_and_backward(dtype):
     assert got.dtype == dtype
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     torch.testing.assert_close(fused.grad, plain.grad, rtol=0, atol=0)
+
+
+def attention_inputs(dtype):
+    torch.manual_seed(0)
+    q_len, m_len, scale = 6, 5, 8**-0.5
+    query = torch.randn(2, 3, q_len, 8, dtype=dtype)
+    key, value = (torch.randn(2, 3, m_len + q_len, 8, dtype=dtype) for _ in range(2))
+    scores = torch.randn(2, 3, q_len, m_len + q_len, dtype=dtype)
+    bias = masked_scores(scores, attention_bias(q_len, m_len, 4, True, "cpu"), scale)
+    return [t.requires_grad_() for t in (query, key, value, bias)], scale
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attend_equals_scaled_dot_product_attention_forward_and_backward(dtype):
+    """Float32 CPU attention is our own baddbmm path: it must be SDPA's math, gradients of the
+    position bias included, under the same-length mask."""
+    inputs, scale = attention_inputs(dtype)
+    twins = [t.detach().clone().requires_grad_() for t in inputs]
+    got = attend(*inputs, scale, 0.0)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *twins[:3], attn_mask=twins[3], scale=scale
+    )
+    grad = torch.randn_like(got)
+    got.backward(grad)
+    want.backward(grad)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    for mine, theirs in zip(inputs, twins):
+        torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_attention_dropout_drops_probabilities_and_scales_the_rest():
+    inputs, scale = attention_inputs(torch.float32)
+    query, key, bias = (t.detach() for t in (inputs[0], inputs[1], inputs[3]))
+    identity = torch.eye(key.size(2)).expand(2, 3, -1, -1)  # value rows = one-hot: out = probs
+    probs = attend(query, key, identity, bias, scale, 0.0)
+    torch.manual_seed(1)
+    dropped = attend(query, key, identity, bias, scale, 0.5)
+    assert ((dropped == 0) & (probs > 0)).any()
+    torch.testing.assert_close(dropped[dropped != 0], probs[dropped != 0] * 2)

@@ -28,14 +28,19 @@ class Dropout(nn.Module):
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        if x.device.type != "cpu" or torch.compiler.is_compiling():
-            return F.dropout(x, self.p, training=True)
-        return bits_dropout(x, self.p)
+        return dropout(x, self.p) if self.training else x
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+def dropout(x: Tensor, p: float) -> Tensor:
+    """Training-mode dropout of x: 16-bit masks on CPU, `F.dropout` elsewhere and when compiled."""
+    if p == 0.0:
+        return x
+    if x.device.type != "cpu" or torch.compiler.is_compiling():
+        return F.dropout(x, p, training=True)
+    return bits_dropout(x, p)
 
 
 def bits_dropout(x: Tensor, p: float) -> Tensor:
