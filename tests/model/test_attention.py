@@ -110,11 +110,10 @@ def attention_inputs(dtype):
     return [t.requires_grad_() for t in (query, key, value, bias)], scale
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_attend_equals_scaled_dot_product_attention_forward_and_backward(dtype):
+def test_attend_equals_scaled_dot_product_attention_forward_and_backward():
     """Float32 CPU attention is our own baddbmm path: it must be SDPA's math, gradients of the
-    position bias included, under the same-length mask."""
-    inputs, scale = attention_inputs(dtype)
+    position bias included, under the same-length mask. (Other dtypes call SDPA itself.)"""
+    inputs, scale = attention_inputs(torch.float32)
     twins = [t.detach().clone().requires_grad_() for t in inputs]
     got = attend(*inputs, scale, 0.0)
     want = torch.nn.functional.scaled_dot_product_attention(
