@@ -100,12 +100,12 @@ def test_masked_scores_equal_scaling_then_masking_forward_and_backward(dtype):
     torch.testing.assert_close(fused.grad, plain.grad, rtol=0, atol=0)
 
 
-def attention_inputs(dtype):
+def attention_inputs():
     torch.manual_seed(0)
     q_len, m_len, scale = 6, 5, 8**-0.5
-    query = torch.randn(2, 3, q_len, 8, dtype=dtype)
-    key, value = (torch.randn(2, 3, m_len + q_len, 8, dtype=dtype) for _ in range(2))
-    scores = torch.randn(2, 3, q_len, m_len + q_len, dtype=dtype)
+    query = torch.randn(2, 3, q_len, 8)
+    key, value = (torch.randn(2, 3, m_len + q_len, 8) for _ in range(2))
+    scores = torch.randn(2, 3, q_len, m_len + q_len)
     bias = masked_scores(scores, attention_bias(q_len, m_len, 4, True, "cpu"), scale)
     return [t.requires_grad_() for t in (query, key, value, bias)], scale
 
@@ -113,7 +113,7 @@ def attention_inputs(dtype):
 def test_attend_equals_scaled_dot_product_attention_forward_and_backward():
     """Float32 CPU attention is our own baddbmm path: it must be SDPA's math, gradients of the
     position bias included, under the same-length mask. (Other dtypes call SDPA itself.)"""
-    inputs, scale = attention_inputs(torch.float32)
+    inputs, scale = attention_inputs()
     twins = [t.detach().clone().requires_grad_() for t in inputs]
     got = attend(*inputs, scale, 0.0)
     want = torch.nn.functional.scaled_dot_product_attention(
@@ -128,7 +128,7 @@ def test_attend_equals_scaled_dot_product_attention_forward_and_backward():
 
 
 def test_attention_dropout_drops_probabilities_and_scales_the_rest():
-    inputs, scale = attention_inputs(torch.float32)
+    inputs, scale = attention_inputs()
     query, key, bias = (t.detach() for t in (inputs[0], inputs[1], inputs[3]))
     identity = torch.eye(key.size(2)).expand(2, 3, -1, -1)  # value rows = one-hot: out = probs
     probs = attend(query, key, identity, bias, scale, 0.0)
