@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 
 import psutil
@@ -40,6 +41,29 @@ def run(args: list[str], timeout: float, **popen_kwargs) -> subprocess.Completed
     ) as proc:
         stdout, stderr = proc.communicate(timeout=timeout)
     return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
+
+
+def python_ranks(script: str, world_size: int, timeout: float, **popen_kwargs) -> list[str]:
+    """`python -c script RANK` for every rank at once, each in its own group; their stdouts.
+
+    Fails with rank 0's stderr unless every rank exits 0.
+    """
+    with contextlib.ExitStack() as stack:
+        ranks = [
+            stack.enter_context(
+                process_group(
+                    [sys.executable, "-c", script, str(rank)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    **popen_kwargs,
+                )  # fmt: skip
+            )
+            for rank in range(world_size)
+        ]
+        outputs = [rank.communicate(timeout=timeout) for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0] * world_size, outputs[0][1][-3000:]
+    return [stdout for stdout, _ in outputs]
 
 
 def kill_group(pgid: int) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
 
@@ -72,18 +73,6 @@ def test_two_cpu_ranks_leave_no_shared_memory_buffer_behind():
     # DeepSpeed's CPU op creates a 66 MiB /dev/shm buffer per rank and never removes it.
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     env["LOCAL_SIZE"] = "2"  # what the deepspeed launcher sets: all ranks on one machine
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, "-c", SHM_RANK, str(rank)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO_ROOT,
-            env=env,
-        )  # fmt: skip
-        for rank in (0, 1)
-    ]
-    outputs = [rank.communicate(timeout=300) for rank in ranks]
-    assert [rank.returncode for rank in ranks] == [0, 0], outputs[0][1][-2000:]
-    assert [out.split("LEFT ")[1].strip() for out, _ in outputs] == ["False", "False"]
+    outputs = processes.python_ranks(SHM_RANK, 2, timeout=300, cwd=REPO_ROOT, env=env)
+    assert [out.split("LEFT ")[1].strip() for out in outputs] == ["False", "False"]
     assert not list(Path("/dev/shm").glob(f"deepspeed_*_{env['MASTER_PORT']}_*"))

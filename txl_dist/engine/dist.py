@@ -17,6 +17,8 @@ from datetime import timedelta
 
 import torch
 
+from txl_dist.engine.shm_collectives import route_through_shared_memory
+
 
 @dataclass(frozen=True)
 class World:
@@ -88,6 +90,10 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
     # checkouts with their own venv rebuilt it in turn and waited on each other's build lock.
     # One cache per environment; ranks started over ssh (no inherited variables) agree on it.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
+    # DeepSpeed sets up its shared-memory collectives (shm_collectives) when LOCAL_SIZE, which
+    # its launcher sets, equals the world size; torchrun says the same as LOCAL_WORLD_SIZE.
+    if os.environ.get("LOCAL_WORLD_SIZE"):
+        os.environ.setdefault("LOCAL_SIZE", os.environ["LOCAL_WORLD_SIZE"])
     accelerator = get_accelerator()
     if accelerator.device_name() != "cpu":
         accelerator.set_device(world.local_rank)
@@ -103,6 +109,7 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
         **rendezvous,
     )
     if accelerator.device_name() == "cpu" and world.world_size > 1:
+        route_through_shared_memory(world.world_size)
         _unlink_shm_buffer(world.rank)
     return torch.device(accelerator.device_name(world.local_rank))
 
