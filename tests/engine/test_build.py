@@ -1,4 +1,9 @@
-"""Model construction: partitioned under ZeRO-3 like the plain build; layer recompute."""
+"""Model construction: partitioned under ZeRO-3 like the plain build; layer recompute; the
+fp32 ZeRO-0 engine's step."""
+
+import json
+import os
+import sys
 
 import torch
 
@@ -50,3 +55,55 @@ def test_activation_checkpointing_keeps_loss_and_gradients():
         grads.append([p.grad.clone() for p in model.parameters()])
     for plain, recomputed in zip(*grads):
         torch.testing.assert_close(recomputed, plain)
+
+
+FP32_ZERO0_STEPS = """
+import json, sys, torch, torch.distributed as dist
+from txl_dist.config import load_run_config
+from txl_dist.engine.build import build_model, build_optimizer, deepspeed_config, initialize_engine
+from txl_dist.engine.dist import World, end_distributed, init_distributed
+
+config = load_run_config("configs/tiny.json", sys.argv[1:])
+init_distributed(World(0, 1, 0))
+ds_config = deepspeed_config(config, micro=4, accum=1, load_universal=False)
+model, plain = build_model(config, ds_config), build_model(config, ds_config)
+engine, _ = initialize_engine(model, build_optimizer(model, config), None, ds_config)
+optimizer = build_optimizer(plain, config)
+collectives = []
+all_reduce = dist.all_reduce
+dist.all_reduce = lambda *args, **kwargs: collectives.append(args) or all_reduce(*args, **kwargs)
+ids = torch.randint(0, 12000, (4, 3, 17), generator=torch.Generator().manual_seed(0))
+norms = []
+for batch in ids.unbind(1):
+    engine.backward(engine(batch[:, :-1], batch[:, 1:]).loss.float().mean())
+    engine.step()
+    plain(batch[:, :-1], batch[:, 1:]).loss.float().mean().backward()
+    clip = config.deepspeed["gradient_clipping"]
+    norms.append(torch.nn.utils.clip_grad_norm_(plain.parameters(), clip, foreach=False).item())
+    optimizer.step()
+    optimizer.zero_grad()
+diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), plain.parameters()))
+print("RESULT " + json.dumps(dict(norms=norms, diff=diff, collectives=len(collectives))))
+end_distributed()
+"""
+
+
+def test_one_fp32_zero0_rank_steps_as_plain_torch_and_calls_no_collective():
+    """Where DeepSpeed steps our optimizer itself, its clipping is ours (torch's, foreach) and
+    one rank reduces nothing: three steps with clipping active equal plain torch's."""
+    settings = [
+        *SETTINGS,
+        "model.dropout=0.0",
+        "train.global_rows=4",
+        "deepspeed.zero_optimization.stage=0",
+        "deepspeed.bf16.enabled=false",
+    ]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT")}
+    proc = processes.run(
+        [sys.executable, "-c", FP32_ZERO0_STEPS, *settings], timeout=300, cwd=REPO_ROOT, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.split("RESULT ")[1])
+    assert min(result["norms"]) > 0.25, result  # every step was clipped
+    assert result["diff"] < 1e-6, result
+    assert result["collectives"] == 0, result
