@@ -157,12 +157,24 @@ def wrap_collectives(sections: Sections) -> None:
         sections.wrap(dist, name, "collectives (launch or blocking wait)")
 
 
+def wrap_shared_memory_kernel(sections: Sections) -> None:
+    """Once DeepSpeed has loaded it: the kernel that CPU ranks on one machine use for sums and
+    gathers (engine.shm_collectives), looked up at each call."""
+    import torch
+
+    if hasattr(torch.ops.deepspeed, "inference_all_reduce_"):
+        sections.wrap(
+            torch.ops.deepspeed, "inference_all_reduce_", "collectives (launch or blocking wait)"
+        )
+
+
 def measure_in_process(argv: list[str]) -> None:
     """Runs on each rank: Trainer.run with a bare step after each engine step; prints a record."""
     clock = time.thread_time if "--cpu-clock" in sys.argv else time.perf_counter
     sections = Sections(clock)
     wrap_collectives(sections)
     config, world, trainer = built_trainer(argv)
+    wrap_shared_memory_kernel(sections)
     bare = BareStep(config, trainer.engine, trainer.micro, trainer.accum, sections)
     instrument(trainer, sections)
     steps = config.train.max_steps - WARMUP
