@@ -1,10 +1,15 @@
-"""The pretrain command: the stop file is created exclusively, never through a planted link."""
+"""The pretrain command: the stop file is created exclusively, never through a planted link;
+launch/pretrain.py gives torch huge pages."""
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO_ROOT
 from txl_dist.cli.pretrain import _write_stop_file
 
 
@@ -29,3 +34,35 @@ def test_a_planted_link_or_file_is_never_written_through(tmp_path):
     with pytest.raises(FileExistsError):
         _write_stop_file(str(victim), 7, "signal", "ck")
     assert victim.read_text() == "precious"
+
+
+# After launch/pretrain.py's preamble (run_name other than __main__: no training), fault in a
+# 64 MB tensor and count the page faults it took.
+FAULTS = """
+import resource, runpy
+runpy.run_path("launch/pretrain.py", run_name="preamble")
+import torch
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+torch.ones(16 * 2**20)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def page_faults(**env: str) -> int:
+    proc = subprocess.run(
+        [sys.executable, "-c", FAULTS], capture_output=True, text=True, timeout=120,
+        cwd=REPO_ROOT, env={**os.environ, **env},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return int(proc.stdout.split()[-1])
+
+
+@pytest.mark.skipif(
+    "[never]" in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text(),
+    reason="this kernel gives no transparent huge pages",
+)
+def test_training_gives_torch_huge_pages_unless_told_not_to(monkeypatch):
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    small_pages = page_faults(THP_MEM_ALLOC_ENABLE="0")
+    assert small_pages > 16_000  # 64 MB in 4 KB pages
+    assert page_faults() < small_pages / 8
