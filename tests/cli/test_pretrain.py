@@ -3,12 +3,12 @@ launch/pretrain.py gives torch huge pages."""
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.conftest import REPO_ROOT
 from txl_dist.cli.pretrain import _write_stop_file
 
@@ -49,10 +49,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def page_faults(**env: str) -> int:
-    proc = subprocess.run(
-        [sys.executable, "-c", FAULTS], capture_output=True, text=True, timeout=120,
-        cwd=REPO_ROOT, env={**os.environ, **env},
-    )  # fmt: skip
+    proc = processes.run(
+        [sys.executable, "-c", FAULTS], timeout=120, cwd=REPO_ROOT, env={**os.environ, **env}
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return int(proc.stdout.split()[-1])
 

@@ -72,13 +72,12 @@ optimizer = build_optimizer(plain, config)
 collectives = []
 all_reduce = dist.all_reduce
 dist.all_reduce = lambda *args, **kwargs: collectives.append(args) or all_reduce(*args, **kwargs)
-ids = torch.randint(0, 12000, (4, 3, 17), generator=torch.Generator().manual_seed(0))
-norms = []
+ids = torch.randint(0, config.model.n_token, (4, 3, 17), generator=torch.Generator().manual_seed(0))
+clip, norms = config.deepspeed["gradient_clipping"], []
 for batch in ids.unbind(1):
     engine.backward(engine(batch[:, :-1], batch[:, 1:]).loss.float().mean())
     engine.step()
     plain(batch[:, :-1], batch[:, 1:]).loss.float().mean().backward()
-    clip = config.deepspeed["gradient_clipping"]
     norms.append(torch.nn.utils.clip_grad_norm_(plain.parameters(), clip, foreach=False).item())
     optimizer.step()
     optimizer.zero_grad()
