@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import itertools
 import os
 import re
 import shutil
@@ -17,6 +19,7 @@ import webdataset as wds
 
 from data_pipeline import prepare
 from data_pipeline.vocab import Vocab
+from tests.processes import process_group
 
 from . import range_server
 
@@ -95,34 +98,37 @@ def wt103_copy(wt103, tmp_path) -> Path:
     return Path(shutil.copytree(wt103, tmp_path / "copy"))
 
 
+def server_process(stack: contextlib.ExitStack, argv: list[str], **popen_kwargs):
+    """A loopback server started by ``argv`` (Python), killed when ``stack`` closes; its port."""
+    proc = stack.enter_context(
+        process_group([sys.executable, *argv], stdout=subprocess.PIPE, text=True, **popen_kwargs)
+    )
+    return proc, range_server.reported_port(proc)
+
+
 class RangeServer:
     """A range-capable HTTP server subprocess on loopback, and the requests it saw."""
 
-    def __init__(self, directory: Path, log: Path):
+    def __init__(self, directory: Path, log: Path, stack: contextlib.ExitStack):
         self.log = log
-        self.proc, self.url = range_server.start(directory, log)
+        _, port = server_process(stack, [range_server.__file__, str(directory), str(log)])
+        self.url = f"http://127.0.0.1:{port}"
 
     def requests(self) -> list[str]:
         """Logged ``METHOD PATH RANGE`` lines."""
         return self.log.read_text().splitlines() if self.log.exists() else []
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-
 
 @pytest.fixture
 def http_server(tmp_path):
     """Start a RangeServer for a directory: ``http_server(directory)``; stopped after the test."""
-    servers = []
+    with contextlib.ExitStack() as stack:
+        count = itertools.count()
 
-    def start(directory: Path) -> RangeServer:
-        servers.append(RangeServer(directory, tmp_path / f"http{len(servers)}.log"))
-        return servers[-1]
+        def start(directory: Path) -> RangeServer:
+            return RangeServer(directory, tmp_path / f"http{next(count)}.log", stack)
 
-    yield start
-    for server in servers:
-        server.stop()
+        yield start
 
 
 @pytest.fixture(scope="session")
@@ -133,34 +139,27 @@ def s3_endpoint():
     """
     pytest.importorskip("s3fs", reason="S3 is the optional extra s3: pip install -e '.[dev]'")
     pytest.importorskip("moto", reason="the S3 tests need moto[server]: pip install -e '.[dev]'")
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "s3_server.py")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,  # a log line per request
-        text=True,
-        env={**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"},
-    )
-    yield f"http://127.0.0.1:{range_server.reported_port(proc)}"
-    proc.terminate()
-    proc.wait(timeout=10)
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+    with contextlib.ExitStack() as stack:
+        quiet = {"stderr": subprocess.DEVNULL, "env": env}  # stderr: a log line per request
+        _, port = server_process(stack, [str(HERE / "s3_server.py")], **quiet)
+        yield f"http://127.0.0.1:{port}"
 
 
 class FlakyProxy:
     """A flaky_proxy.py subprocess in front of a server: fails requests, dies, comes back."""
 
-    def __init__(self, upstream: str, log: Path, failures: int, how: str):
-        self.argv = [sys.executable, str(HERE / "flaky_proxy.py"), upstream, str(log)]
-        self.argv += [str(failures), how]
-        self.log, self.port = log, 0
+    def __init__(
+        self, upstream: str, log: Path, failures: int, how: str, stack: contextlib.ExitStack
+    ):
+        self.argv = [str(HERE / "flaky_proxy.py"), upstream, str(log), str(failures), how]
+        self.log, self.port, self.stack = log, 0, stack
         self.start()
         self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         """Start (again, on the same port once it has one)."""
-        self.proc = subprocess.Popen(
-            [*self.argv, str(self.port)], stdout=subprocess.PIPE, text=True
-        )
-        self.port = range_server.reported_port(self.proc)
+        self.proc, self.port = server_process(self.stack, [*self.argv, str(self.port)])
 
     def kill(self) -> None:
         """Die at once, as a crashed server: connections reset, new ones refused."""
@@ -175,12 +174,11 @@ class FlakyProxy:
 @pytest.fixture
 def flaky_proxy(tmp_path):
     """``flaky_proxy(upstream, failures, how)``: a FlakyProxy, killed after the test."""
-    proxies = []
+    with contextlib.ExitStack() as stack:
+        count = itertools.count()
 
-    def start(upstream: str, failures: int = 0, how: str = "503") -> FlakyProxy:
-        proxies.append(FlakyProxy(upstream, tmp_path / f"proxy{len(proxies)}.log", failures, how))
-        return proxies[-1]
+        def start(upstream: str, failures: int = 0, how: str = "503") -> FlakyProxy:
+            log = tmp_path / f"proxy{next(count)}.log"
+            return FlakyProxy(upstream, log, failures, how, stack)
 
-    yield start
-    for proxy in proxies:
-        proxy.kill()
+        yield start

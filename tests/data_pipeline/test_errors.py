@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from data_pipeline import (
 from data_pipeline.prepare import main
 from data_pipeline.storage import Retry
 from tests.conftest import REPO_ROOT
+from tests.processes import run
 
 
 def read_epoch(root) -> None:
@@ -118,7 +118,7 @@ def test_the_official_download_without_network_suggests_a_local_source(tmp_path)
     # A network namespace of its own: no route anywhere, as on a machine without internet.
     argv = ["unshare", "--net", sys.executable, "-m", "data_pipeline"]
     argv += ["--dataset", "wikitext-103", "--out", str(tmp_path / "out"), "--no-progress"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    proc = run(argv, timeout=120, cwd=REPO_ROOT)
     assert proc.returncode != 0
     assert "could not be reached" in proc.stderr and "not found" not in proc.stderr
     assert "offline, pass --source with a local copy of the corpus" in proc.stderr

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
 import sys
 
 import fsspec
 import torch
 
 from data_pipeline import TokenStreams, load_manifest, manifest_url, prepare, verify
+from tests.processes import run
 
 from .conftest import SMALL
 
@@ -63,10 +63,9 @@ def test_cli_writes_to_s3_configured_by_environment(shared_data, s3_endpoint):
         ["--dataset", "wikitext-2", "--source", str(source), "--out", "s3://txl-cli/wt2"],
         ["--verify", "s3://txl-cli/wt2"],
     ):
-        done = subprocess.run(
-            [sys.executable, "-m", "data_pipeline", "--no-progress", *args],
-            env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        done = run(
+            [sys.executable, "-m", "data_pipeline", "--no-progress", *args], timeout=120, env=env
+        )
         assert done.returncode == 0, done.stderr
     assert "s3://txl-cli/wt2/test/manifest.json: 1 shards, 245569 tokens OK" in done.stdout
 

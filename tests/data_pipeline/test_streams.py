@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -12,15 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from data_pipeline import IGNORE_INDEX, TokenStreams, VocabMismatchError, manifest_url
+from data_pipeline import IGNORE_INDEX, TokenStreams, Vocab, VocabMismatchError, manifest_url
+from tests.processes import python_ranks, run
 
 from .conftest import decoded_split
 
 
 def split_ids(root: Path, split: str) -> np.ndarray:
     """The split's token ids in corpus order, read independently with webdataset."""
-    from data_pipeline import Vocab
-
     vocab = Vocab.load(str(root / "vocab.txt"))
     tokens, _ = decoded_split(root, split)
     return vocab.encode(tokens).astype(np.int64)
@@ -165,6 +163,7 @@ def test_shuffle_permutes_documents_per_epoch(lm1b):
     assert np.array_equal(np.concatenate([x[0].numpy() for x, _ in again]), first)
 
 
+@pytest.mark.slow
 def test_two_processes_cover_the_same_as_one(wt103, tmp_path):
     url = manifest_url(str(wt103), "valid")
     script = (
@@ -172,14 +171,10 @@ def test_two_processes_cover_the_same_as_one(wt103, tmp_path):
         "from data_pipeline import TokenStreams\n"
         "rank = int(sys.argv[1])\n"
         f"s = TokenStreams({url!r}, 3, 90, rank, 2, epochs=1)\n"
-        "torch.save([x for x, _ in s], sys.argv[2])\n"
+        f"torch.save([x for x, _ in s], f'{tmp_path}/rank{{rank}}.pt')\n"
     )
-    outs = [tmp_path / f"rank{r}.pt" for r in range(2)]
-    procs = [
-        subprocess.Popen([sys.executable, "-c", script, str(r), str(outs[r])]) for r in range(2)
-    ]
-    assert [p.wait(timeout=120) for p in procs] == [0, 0]
-    ranks = [torch.load(o) for o in outs]
+    python_ranks(script, 2, timeout=120)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert len(ranks[0]) == len(ranks[1]) > 0
     single = global_batches(url, 1, 6, 90)
     assert len(single) == len(ranks[0])
@@ -205,14 +200,17 @@ def test_prefetch_threads_stop(wt103_valid):
     assert prefetchers() == []
 
 
-def test_vocab_size_is_checked(wt103_valid):
-    stream = TokenStreams(wt103_valid, 2, 50, expected_vocab_size=None)
-    stream.check_vocab(stream.vocab_size)
+def test_vocab_size_is_checked(wt103, wt103_valid):
+    n_token = len(Vocab.load(str(wt103 / "vocab.txt")))
+    stream = TokenStreams(wt103_valid, 2, 50, expected_vocab_size=n_token)
+    assert stream.vocab_size == n_token
     with pytest.raises(
         VocabMismatchError,
-        match=r"valid/manifest.json.*vocabulary of \d+ tokens, the model has 267735",
+        match=rf"valid/manifest.json.*vocabulary of {n_token} tokens, the model has 267735",
     ):
         TokenStreams(wt103_valid, 2, 50, expected_vocab_size=267_735)
+    with pytest.raises(VocabMismatchError, match=f"the model has {n_token - 1};"):
+        stream.check_vocab(n_token - 1)
 
 
 def test_interpreter_exits_with_an_unclosed_stream(wt103_valid):
@@ -223,7 +221,5 @@ def test_interpreter_exits_with_an_unclosed_stream(wt103_valid):
         "next(it)\n"
         "print('left open')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
-    )
+    done = run([sys.executable, "-c", script], timeout=60)
     assert done.returncode == 0 and "left open" in done.stdout, done.stderr
