@@ -65,6 +65,14 @@ class RangeHandler(SimpleHTTPRequestHandler):
         pass
 
 
+def start(directory: str, log_path: str) -> tuple[subprocess.Popen, str]:
+    """Run this server in a subprocess; returns it and its base URL once it listens."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, str(directory), str(log_path)], stdout=subprocess.PIPE, text=True
+    )
+    return proc, f"http://127.0.0.1:{reported_port(proc)}"
+
+
 def reported_port(proc: subprocess.Popen) -> int:
     """The port a server subprocess printed on its first stdout line after it bound it."""
     line = proc.stdout.readline()
