@@ -21,7 +21,7 @@ from pathlib import Path
 import fsspec
 
 from data_pipeline import TokenStreams, manifest_url, prepare
-from data_pipeline.corpora import usable_end
+from data_pipeline.corpora.datasets import DATASETS
 
 REPO = Path(__file__).resolve().parents[1]
 RANGE_SERVER = REPO / "tests" / "data_pipeline" / "range_server.py"
@@ -33,7 +33,9 @@ def build_corpus(shared: Path, target_mb: int, out_dir: Path) -> Path:
     """wiki.train.tokens of about ``target_mb`` MB made of whole articles of the train prefix."""
     prefix = shared / "wikitext-103" / "wiki.train.tokens"
     fs, path = fsspec.core.url_to_fs(str(prefix))
-    articles = prefix.read_bytes()[: usable_end(fs, path, str(prefix), "wikitext")]
+    articles = prefix.read_bytes()[
+        : DATASETS["wikitext-103"].documents.usable_end(fs, path, str(prefix))
+    ]
     copies = max(1, round(target_mb * 1e6 / len(articles)))
     out_dir.mkdir(parents=True, exist_ok=True)
     corpus = out_dir / "wiki.train.tokens"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data_pipeline import corpora
+from data_pipeline.corpora.encoding import Documents
 from data_pipeline.vocab import Vocab
 
 Piece = tuple[str, int, int, int]  # (file URL, start, stop, usable end of the file)
@@ -55,31 +55,31 @@ def set_vocab(vocab: Vocab | None) -> None:
     _vocab = vocab
 
 
-def count_piece(kind: str, piece: Piece, storage_options: dict) -> PieceCounts:
+def count_piece(documents: Documents, piece: Piece, storage_options: dict) -> PieceCounts:
     """Word counts of the documents that start in a piece."""
-    chunk = corpora.encode_range(kind, *piece, storage_options)
+    chunk = documents.encode_range(*piece, storage_options)
     counts = np.bincount(chunk.ids, minlength=len(chunk.words)).astype(np.int64)
     return PieceCounts(b" ".join(chunk.words), counts, chunk.source_bytes)
 
 
-def encode_piece(kind: str, piece: Piece, storage_options: dict) -> PieceIds:
+def encode_piece(documents: Documents, piece: Piece, storage_options: dict) -> PieceIds:
     """Ids (in the vocabulary set by set_vocab) of the documents that start in a piece."""
-    chunk = corpora.encode_range(kind, *piece, storage_options, vocab=_vocab)
+    chunk = documents.encode_range(*piece, storage_options, vocab=_vocab)
     return PieceIds(chunk.ids, chunk.doc_lengths, chunk.oov_tokens, chunk.source_bytes)
 
 
 def run_pieces(
-    fn: Callable, kind: str, pieces: list[Piece], storage_options: dict, workers: int,
+    fn: Callable, documents: Documents, pieces: list[Piece], storage_options: dict, workers: int,
     vocab: Vocab | None = None,
 ) -> Iterator:  # fmt: skip
-    """``fn(kind, piece, storage_options)`` for every piece, results in order; at most 2 pieces
+    """``fn(documents, piece, storage_options)`` for every piece, results in order; at most 2 pieces
     per worker in flight, so memory is bounded whatever the number of pieces."""
     if vocab is not None:
         vocab.table.build()  # before the fork: every worker inherits it
     if workers <= 1:
         set_vocab(vocab)
         try:
-            yield from (fn(kind, p, storage_options) for p in pieces)
+            yield from (fn(documents, p, storage_options) for p in pieces)
         finally:
             set_vocab(None)
         return
@@ -88,7 +88,7 @@ def run_pieces(
     with ctx.Pool(workers, initializer=set_vocab, initargs=(vocab,)) as pool:
         pending: deque = deque()
         for piece in pieces:
-            pending.append(pool.apply_async(fn, (kind, piece, storage_options)))
+            pending.append(pool.apply_async(fn, (documents, piece, storage_options)))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().get()
         while pending:

@@ -1,34 +1,23 @@
-"""txl-prepare: corpus -> vocabulary + document-contiguous shards + manifests (see shards.py).
+"""Preparing a dataset: corpus -> vocabulary + document-contiguous shards + manifests (shards.py).
 
-    txl-prepare --dataset wikitext-103 --source ../shared/data/wikitext-103 --out DIR
-    txl-prepare --dataset lm1b --vocab 1b_word_vocab.txt --out s3://bucket/lm1b --workers 8
-    txl-prepare --verify DIR
+``prepare()`` is txl-prepare as a function; ``Job`` holds one run's steps, which txl-prepare's
+command line (cli.py) also runs one at a time as cluster jobs (``--part I/N``, ``--merge``).
 
 The vocabulary comes from ``--vocab`` or is built from the train split (from every split
-present when there is no train split, or for wikitext-2, enwik8, text8 and ptb, as the
-reference does). Splits missing from the source (e.g. the shared
-WikiText-103 copy has no test file) are simply not prepared.
+present when there is no train split, or where the dataset says so, as the reference does:
+corpora/datasets.py). Splits missing from the source (e.g. the shared WikiText-103 copy has no
+test file) are simply not prepared.
 
 Steps (units.py): the files of each split are cut into units of ``--unit-bytes``. Without
 ``--vocab``, each unit's words are counted first and the vocabulary is built from the counts in
 corpus order; then each unit is encoded into its own shards; then each split's manifest joins
 its units' shards. Memory so depends on workers, piece, shard and vocabulary size only, never
-on the corpus. On a cluster the same steps run as jobs (launch/slurm/prepare.sbatch):
-
-    txl-prepare ... --part I/N     # units of part I of N: count, or (vocabulary ready) encode
-    txl-prepare ... --merge        # build the vocabulary, or (units encoded) write manifests
-
-and give byte-identical output to one process. Building the vocabulary takes two rounds (parts,
-merge, parts, merge); with ``--vocab`` one. A part skips units already done, so a failed part
-is simply run again.
+on the corpus. Parts and merges give byte-identical output to one process. Building the
+vocabulary takes two rounds (parts, merge, parts, merge); with ``--vocab`` one. A part skips
+units already done, so a failed part is simply run again.
 
 Reruns reuse what is done: a split whose manifest records the same input fingerprint (files,
 sizes, modification times, options) and vocabulary, and whose shards are all present, is kept.
-
-Remote ``--out`` / ``--source``: options for fsspec go in ``--out-option KEY=VALUE`` and
-``--source-option KEY=VALUE`` (e.g. ``--out-option endpoint_url=http://127.0.0.1:9000``).
-s3fs also honours the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_ENDPOINT_URL``), and fsspec reads ``FSSPEC_S3_ENDPOINT_URL``-style variables at import.
 
 Speed: ``--workers`` processes each read and tokenize ~4 MiB pieces of the files (ends moved to
 document boundaries) and send back only counts per distinct word, or final int32 ids; the main
@@ -38,7 +27,6 @@ through a hash table of exact word keys (wordids.WordTable): no sort, no Python 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import itertools
@@ -46,16 +34,16 @@ import json
 import logging
 import os
 import posixpath
-import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import fsspec
 import numpy as np
 from tqdm import tqdm
 
-from data_pipeline import corpora
-from data_pipeline.charlevel import DEFAULT_TEST_CHARS
+from data_pipeline.corpora import datasets, sources
+from data_pipeline.corpora.charlevel import DEFAULT_TEST_CHARS
+from data_pipeline.corpora.datasets import Dataset
 from data_pipeline.errors import CorpusFormatError, DataError, ManifestError
 from data_pipeline.pieces import count_piece, encode_piece, run_pieces
 from data_pipeline.redact import redact_text
@@ -67,14 +55,12 @@ from data_pipeline.shards import (
     ShardSink,
     load_manifest,
     manifest_url,
-    verify,
     vocab_url,
 )
 from data_pipeline.units import (
     DEFAULT_UNIT_BYTES,
     Records,
     Unit,
-    parse_part,
     part_units,
     split_units,
 )
@@ -111,24 +97,16 @@ def prepare(
 ) -> dict[str, Manifest]:
     """Prepare ``dataset`` from ``source`` into ``out``; returns each split's manifest.
 
-    ``workers`` processes tokenize pieces of ``piece_bytes`` in parallel; shards hold up to
-    ``shard_size`` tokens in samples of up to ``sample_size`` tokens (whole documents; a longer
-    one is cut into consecutive samples) and never span two units of ``unit_bytes`` source
-    bytes. Other arguments are the CLI's options. This is the whole-corpus part followed by the
-    merge (twice when the vocabulary is built: count, build, then encode, write manifests),
-    exactly what ``--part I/N`` jobs and ``--merge`` do on a cluster.
+    The arguments are ``Settings``' fields (``Job.run``: the steps).
     """
-    job = Job(
-        dataset, out, source, vocab, min_count, text_docs, source_checksum, cache_dir,
-        out_options or {}, source_options or {},
-        Options(shard_size, sample_size, unit_bytes, workers, piece_bytes, progress), test_chars,
+    settings = Settings(
+        dataset, out, source, vocab=vocab, shard_size=shard_size, sample_size=sample_size,
+        unit_bytes=unit_bytes, workers=workers, piece_bytes=piece_bytes, min_count=min_count,
+        text_docs=text_docs, test_chars=test_chars, source_checksum=source_checksum,
+        cache_dir=cache_dir, out_options=out_options or {}, source_options=source_options or {},
+        progress=progress,
     )  # fmt: skip
-    job.run_part(0, 1)
-    manifests = job.merge()
-    if manifests is None:  # the vocabulary was built from the counts: now encode with it
-        job.run_part(0, 1)
-        manifests = job.merge()
-    return manifests
+    return Job.open(settings).run()
 
 
 def file_identity(url: str, storage_options: dict) -> list:
@@ -140,24 +118,52 @@ def file_identity(url: str, storage_options: dict) -> list:
 
 
 @dataclass(frozen=True)
-class Options:
-    """How txl-prepare lays out shards and spreads the work."""
+class Settings:
+    """One txl-prepare run: what to prepare from where, and how shards and work are laid out."""
 
-    shard_size: int
+    dataset: str
+    """Name of the dataset (corpora/datasets.py)."""
+    out: str
+    """Output root (any fsspec URL)."""
+    source: str | None = None
+    """Directory, file or archive holding the corpus (any fsspec URL); None: the official one."""
+    vocab: str | None = None
+    """Vocabulary file to encode with; None: build it from the corpus."""
+    shard_size: int = DEFAULT_SHARD_TOKENS
     """Most tokens in a shard."""
-    sample_size: int
+    sample_size: int = DEFAULT_SAMPLE_TOKENS
     """Most tokens in a sample (whole documents; a longer one is cut into samples)."""
-    unit_bytes: int
+    unit_bytes: int = DEFAULT_UNIT_BYTES
     """Source bytes per unit: the grain of parts and restarts; no shard spans two units."""
-    workers: int
+    workers: int = 1
     """Processes that tokenize pieces in parallel."""
-    piece_bytes: int
+    piece_bytes: int = PIECE_BYTES
     """Source bytes per worker task."""
-    progress: bool
+    min_count: int | None = None
+    """A built vocabulary leaves out tokens seen fewer times; None: the dataset's default."""
+    text_docs: str = "block"
+    """What a document of the text dataset is: a block between blank lines, or a file."""
+    test_chars: int = DEFAULT_TEST_CHARS
+    """enwik8 / text8: bytes (characters) of the test split and of the valid split."""
+    source_checksum: str | None = None
+    """``ALGO:HEX`` a source archive must hash to."""
+    cache_dir: str = DEFAULT_CACHE
+    """Where archives are downloaded and extracted."""
+    out_options: dict = field(default_factory=dict)
+    """fsspec storage options of the output root."""
+    source_options: dict = field(default_factory=dict)
+    """fsspec storage options of the source (and of ``vocab``)."""
+    progress: bool = True
     """Show a progress bar."""
 
     def __post_init__(self) -> None:
         check_layout(self.sample_size, self.shard_size)
+        self.spec.documents_for(self.text_docs)  # a text_docs with no meaning is refused
+
+    @property
+    def spec(self) -> Dataset:
+        """The dataset's definition."""
+        return datasets.dataset(self.dataset)
 
 
 def check_layout(sample_size: int, shard_size: int) -> None:
@@ -170,37 +176,43 @@ def check_layout(sample_size: int, shard_size: int) -> None:
 
 
 class Job:
-    """One txl-prepare setup: where things are, the options, and the steps of parts and merge."""
+    """One txl-prepare run: its inputs, and the steps of parts and merge."""
 
-    def __init__(
-        self, dataset, out, source, vocab, min_count, text_docs, source_checksum, cache_dir,
-        out_options, source_options, options, test_chars=DEFAULT_TEST_CHARS,
-    ):  # fmt: skip
-        self.dataset, self.out, self.opt = dataset, out.rstrip("/"), options
-        self.kind = corpora.chunk_kind(dataset, text_docs)
-        family = corpora.family(dataset)
-        self.specials = corpora.SPECIALS[family]
-        self.min_count = corpora.DEFAULT_MIN_COUNT[family] if min_count is None else min_count
-        self.vocab_file, self.out_options, self.source_options = vocab, out_options, source_options
-        root = corpora.resolve_source(
-            dataset, source, cache_dir, source_checksum, source_options, test_chars
-        )
-        self.source = source or root
-        self.files = corpora.split_files(dataset, root, source_options)
-        self.fs, self.out_path = fsspec.core.url_to_fs(self.out, **out_options)
+    @classmethod
+    def open(cls, settings: Settings) -> Job:
+        """The job of ``settings``, its source downloaded, checked and extracted first where it
+        is an archive (or cut into splits, enwik8 and text8)."""
+        root = sources.resolve_source(
+            settings.spec, settings.source, settings.cache_dir, settings.source_checksum,
+            settings.source_options, settings.test_chars,
+        )  # fmt: skip
+        return cls(settings, root)
+
+    def __init__(self, settings: Settings, root: str):
+        """A job reading the corpus at ``root`` (a directory or file, resolved by ``open``)."""
+        spec, self.settings = settings.spec, settings
+        self.dataset, self.out = settings.dataset, settings.out.rstrip("/")
+        self.documents = spec.documents_for(settings.text_docs)
+        self.specials = list(spec.specials)
+        self.min_count = spec.min_count if settings.min_count is None else settings.min_count
+        self.vocab_file = settings.vocab
+        self.out_options, self.source_options = settings.out_options, settings.source_options
+        self.source = settings.source or root
+        self.files = sources.split_files(spec, root, self.source_options)
+        self.fs, self.out_path = fsspec.core.url_to_fs(self.out, **self.out_options)
         self.records = Records(self.fs, self.out_path)
         self.voc: Vocab | None = None  # once found or built
         self.saved_vocab: str | None = None  # sha256 of the vocab.txt this job wrote or read
-        identity = file_identity(vocab, source_options) if vocab else None
-        spec = {"min_count": self.min_count, "vocab": identity, "unit_bytes": options.unit_bytes}
-        self.fingerprints = {s: self.fingerprint(s, spec) for s in self.files}
-        train_only = "train" in self.files and dataset not in corpora.VOCAB_FROM_ALL_SPLITS
+        identity = file_identity(self.vocab_file, self.source_options) if self.vocab_file else None
+        inputs = {"min_count": self.min_count, "vocab": identity, "unit_bytes": settings.unit_bytes}
+        self.fingerprints = {s: self.fingerprint(s, inputs) for s in self.files}
+        train_only = "train" in self.files and not spec.vocab_from_all_splits
         self.vocab_splits = ["train"] if train_only else list(self.files)
         self.vocab_fingerprint = digest([self.fingerprints[s] for s in self.vocab_splits])
         self.units = [
             u
             for s, files in self.files.items()
-            for u in split_units(s, files, self.kind, options.unit_bytes, source_options)
+            for u in split_units(s, files, self.documents, settings.unit_bytes, self.source_options)
         ]
         for split, files in self.files.items():
             if not any(u.split == split for u in self.units):
@@ -213,15 +225,27 @@ class Job:
             {
                 "format": FORMAT_VERSION,
                 "dataset": self.dataset,
-                "kind": self.kind,
+                "kind": self.documents.kind,
                 "files": [file_identity(f, self.source_options) for f in self.files[split]],
-                "shard_size": self.opt.shard_size,
-                "sample_size": self.opt.sample_size,
+                "shard_size": self.settings.shard_size,
+                "sample_size": self.settings.sample_size,
                 **options,
             }
         )
 
     # ------------------------------------------------------------ the two steps
+
+    def run(self) -> dict[str, Manifest]:
+        """All of it in this process; returns each split's manifest. This is the whole-corpus
+        part followed by the merge (twice when the vocabulary is built: count, build, then
+        encode, write manifests), exactly what ``--part I/N`` jobs and ``--merge`` do on a
+        cluster."""
+        self.run_part(0, 1)
+        manifests = self.merge()
+        if manifests is None:  # the vocabulary was built from the counts: now encode with it
+            self.run_part(0, 1)
+            manifests = self.merge()
+        return manifests
 
     def run_part(self, part: int, parts: int) -> str:
         """Do part ``part`` (0-based) of ``parts`` of the next step: count the words of its
@@ -276,7 +300,7 @@ class Job:
 
     def count(self, units: list[Unit]) -> None:
         """Count the words of each unit (one record per unit: memory bounded by its types)."""
-        for unit, results in self.run(count_piece, units):
+        for unit, results in self.unit_results(count_piece, units):
             counts = WordCounts()
             for piece in results:
                 counts.add(piece.words, piece.counts)
@@ -334,11 +358,11 @@ class Job:
 
     def encode(self, units: list[Unit], voc: Vocab) -> None:
         """Write each unit's shards, then its record."""
-        for unit, results in self.run(encode_piece, units, voc):
+        for unit, results in self.unit_results(encode_piece, units, voc):
             split_dir = f"{self.out_path}/{unit.split}"
             self.fs.makedirs(split_dir, exist_ok=True)
             sink = ShardSink(
-                split_dir, unit.name, self.opt.sample_size, self.opt.shard_size, self.fs
+                split_dir, unit.name, self.settings.sample_size, self.settings.shard_size, self.fs
             )
             oov_tokens = 0
             for piece in results:
@@ -371,7 +395,7 @@ class Job:
             oov_tokens=sum(r["oov_tokens"] for r in records.values()),
             fingerprint=self.fingerprints[split],
             shards=shards,
-            level=corpora.level(self.dataset),
+            level=self.settings.spec.level,
         )
         if manifest.tokens == 0:
             self.no_text(split, "only blank lines")
@@ -414,19 +438,24 @@ class Job:
 
     # ------------------------------------------------------------ running pieces
 
-    def run(
+    def unit_results(
         self, fn, units: list[Unit], voc: Vocab | None = None
     ) -> Iterator[tuple[Unit, Iterator]]:
         """(unit, its pieces' results in order) for each unit; workers run ``fn`` on the
         pieces of all units back to back, so they never wait at a unit's end."""
-        tasks = [(u, p) for u in units for p in u.pieces(self.opt.piece_bytes)]
+        tasks = [(u, p) for u in units for p in u.pieces(self.settings.piece_bytes)]
         total = sum(p[2] - p[1] for _, p in tasks)
         results = run_pieces(
-            fn, self.kind, [p for _, p in tasks], self.source_options, self.opt.workers, voc
+            fn,
+            self.documents,
+            [p for _, p in tasks],
+            self.source_options,
+            self.settings.workers,
+            voc,
         )
         with tqdm(
             total=total, unit="B", unit_scale=True, desc=f"{self.dataset} {fn.__name__}",
-            disable=not self.opt.progress,
+            disable=not self.settings.progress,
         ) as bar:  # fmt: skip
             for unit, group in itertools.groupby(zip(tasks, results), key=lambda x: x[0][0]):
                 yield unit, counted(bar, (r for _, r in group))
@@ -482,127 +511,3 @@ def describe(units: list[Unit]) -> str:
     """``units train-00003, train-00007 are`` (the first few), for error messages."""
     names = ", ".join(u.name for u in units[:5]) + (", ..." if len(units) > 5 else "")
     return f"unit{'s' if len(units) > 1 else ''} {names} {'are' if len(units) > 1 else 'is'}"
-
-
-def parse_options(pairs: list[str]) -> dict:
-    """KEY=VALUE strings -> dict (values parsed as JSON when possible, else strings)."""
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            # The value may be a secret: name neither it nor the text around it.
-            raise argparse.ArgumentTypeError("a storage option is not KEY=VALUE")
-        try:
-            options[key] = json.loads(value)
-        except ValueError:
-            options[key] = value
-    return options
-
-
-def parser() -> argparse.ArgumentParser:
-    """The txl-prepare command line."""
-    p = argparse.ArgumentParser(prog="txl-prepare", description=__doc__.split("\n")[0])
-    p.add_argument("--dataset", choices=corpora.DATASETS)
-    p.add_argument(
-        "--source", help="directory, file or archive (any fsspec URL); default: official"
-    )
-    p.add_argument("--out", help="output root (any fsspec URL)")
-    p.add_argument("--vocab", help="reuse this vocabulary file (token[ count] per line)")
-    p.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens/shard")
-    p.add_argument("--sample-size", type=int, default=DEFAULT_SAMPLE_TOKENS, help="tokens/sample")
-    p.add_argument(
-        "--unit-bytes",
-        type=int,
-        default=DEFAULT_UNIT_BYTES,
-        help="source bytes per unit (the grain of --part; shards never span units)",
-    )
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--min-count", type=int, help="vocabulary min count (default per dataset)")
-    p.add_argument("--text-docs", choices=("block", "file"), default="block")
-    p.add_argument(
-        "--test-chars", type=int, default=DEFAULT_TEST_CHARS,
-        help="enwik8/text8: bytes of test and of valid (the reference's 5,000,000)",
-    )  # fmt: skip
-    p.add_argument("--source-checksum", help="ALGO:HEX of a --source archive")
-    p.add_argument("--cache-dir", default=DEFAULT_CACHE, help="where archives are downloaded")
-    p.add_argument("--out-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--part", metavar="I/N", help="do part I of N of the next step and exit")
-    p.add_argument("--merge", action="store_true", help="join the parts' results and exit")
-    p.add_argument("--verify", metavar="URL", help="re-check a prepared dataset root and exit")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``txl-prepare``; returns the exit status."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    args = parser().parse_args(argv)
-    try:
-        out_options = parse_options(args.out_option)
-        source_options = parse_options(args.source_option)
-    except argparse.ArgumentTypeError as err:
-        parser().error(f"--out-option / --source-option: {err}")
-    try:
-        if args.verify:
-            for line in verify(args.verify, out_options):
-                print(redact_text(line))
-            return 0
-        if not (args.dataset and args.out):
-            parser().error("--dataset and --out are required (or --verify URL)")
-        if args.part and args.merge:
-            parser().error("--part and --merge are separate jobs: give one of them")
-        try:
-            check_layout(args.sample_size, args.shard_size)
-        except ValueError as err:
-            parser().error(str(err))
-        try:
-            part = parse_part(args.part) if args.part else None
-        except ValueError as err:
-            parser().error(str(err))
-        if part or args.merge:
-            return run_step(args, part, out_options, source_options)
-        manifests = prepare(
-            args.dataset, args.out, args.source, vocab=args.vocab, shard_size=args.shard_size,
-            sample_size=args.sample_size, unit_bytes=args.unit_bytes, workers=args.workers,
-            min_count=args.min_count, text_docs=args.text_docs, test_chars=args.test_chars,
-            source_checksum=args.source_checksum, cache_dir=args.cache_dir,
-            out_options=out_options, source_options=source_options,
-            progress=not args.no_progress,
-        )  # fmt: skip
-    except DataError as err:  # input errors exit 2, like usage errors and txl-pretrain's
-        print(f"txl-prepare: error: {err}", file=sys.stderr)
-        return 2
-    print_manifests(args.out, manifests)
-    return 0
-
-
-def run_step(
-    args: argparse.Namespace, part: tuple[int, int] | None, out_options: dict, source_options: dict
-) -> int:
-    """One cluster job: ``--part I/N`` or ``--merge``."""
-    job = Job(
-        args.dataset, args.out, args.source, args.vocab, args.min_count, args.text_docs,
-        args.source_checksum, args.cache_dir, out_options, source_options,
-        Options(args.shard_size, args.sample_size, args.unit_bytes, args.workers,
-                PIECE_BYTES, not args.no_progress), args.test_chars,
-    )  # fmt: skip
-    if part:
-        print(f"part {part[0] + 1}/{part[1]}: {job.run_part(*part)}")
-        return 0
-    manifests = job.merge()
-    if manifests is None:
-        where = redact_text(vocab_url(args.out))
-        print(f"vocabulary built: {where}; now run the parts again, then --merge")
-    else:
-        print_manifests(args.out, manifests)
-    return 0
-
-
-def print_manifests(out: str, manifests: dict[str, Manifest]) -> None:
-    for split, m in manifests.items():
-        print(
-            f"{split}: {m.tokens} tokens, {m.documents} documents, {len(m.shards)} shards, "
-            f"vocab {m.vocab_size}, {m.oov_tokens} out-of-vocabulary"
-            f" -> {redact_text(manifest_url(out, split))}"
-        )

@@ -15,7 +15,9 @@ Settings already in ``storage_options`` win over these defaults.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import random
 from dataclasses import dataclass
 
@@ -122,3 +124,19 @@ def botocore_transient_errors() -> tuple[type[BaseException], ...]:
     except ImportError:
         return ()
     return ConnectionError, HTTPClientError
+
+
+def parse_options(pairs: list[str]) -> dict:
+    """``--...-option KEY=VALUE`` strings -> storage options (values parsed as JSON when possible,
+    else strings)."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            # The value may be a secret: name neither it nor the text around it.
+            raise argparse.ArgumentTypeError("a storage option is not KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options

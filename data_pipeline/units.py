@@ -3,9 +3,9 @@
 A split's files, read one after another, form one byte stream; unit u is bytes
 ``[u * unit_bytes, (u + 1) * unit_bytes)`` of it (so small files share a unit and large ones span
 several). A unit holds the documents that *start* in it, the same rule that assigns documents to
-pieces (corpora.boundary_at_or_after), so units and pieces tile every split exactly. Units depend
-only on the files and ``unit_bytes``, never on how many parts or workers there are: each unit's
-shards are the same whoever writes them, which makes N parts + merge byte-identical to one run.
+pieces (corpora/boundaries.py), so units and pieces tile every split exactly. Units depend only on
+the files and ``unit_bytes``, never on how many parts or workers there are: each unit's shards
+are the same whoever writes them, which makes N parts + merge byte-identical to one run.
 
 Between the steps a unit leaves a small JSON record in ``ROOT/.prepare/{split}/`` (its word
 counts, or its shards), written after the data it describes, so a record means a finished unit
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import fsspec
 
-from data_pipeline import corpora
+from data_pipeline.corpora.encoding import Documents
 from data_pipeline.errors import reading
 
 DEFAULT_UNIT_BYTES = 1 << 26
@@ -57,21 +57,21 @@ class Unit:
         return sum(stop - start for _, start, stop, _ in self.ranges)
 
 
-def usable_size(url: str, kind: str, storage_options: dict) -> int:
+def usable_size(url: str, documents: Documents, storage_options: dict) -> int:
     """Bytes of a file that hold documents (a WikiText file's cut last article excluded)."""
     fs, path = fsspec.core.url_to_fs(url, **storage_options)
     with reading("corpus file", url):
-        return corpora.usable_end(fs, path, url, kind)
+        return documents.usable_end(fs, path, url)
 
 
 def split_units(
-    split: str, files: list[str], kind: str, unit_bytes: int, storage_options: dict
+    split: str, files: list[str], documents: Documents, unit_bytes: int, storage_options: dict
 ) -> list[Unit]:
     """The units of a split: fixed windows of its files' concatenated usable bytes."""
     ranges: defaultdict[int, list] = defaultdict(list)
     offset = 0
     for url in files:
-        end = usable_size(url, kind, storage_options)
+        end = usable_size(url, documents, storage_options)
         a = 0
         while a < end:
             u = (offset + a) // unit_bytes

@@ -223,14 +223,14 @@ class WordTable:
 
 
 # Lead bytes of the multi-byte whitespace str.split() knows and bytes.split() does not
-# (corpora.EXOTIC_SPACE; its one-byte ones are \x1c-\x1f).
+# (corpora/encoding.py's EXOTIC_SPACE; its one-byte ones are \x1c-\x1f).
 EXOTIC_LEAD = np.zeros(256, bool)
 EXOTIC_LEAD[[0xC2, 0xE1, 0xE2, 0xE3]] = True
 
 
 def has_exotic_space(data: bytes) -> bool:
-    """``corpora.EXOTIC_SPACE.search(data)`` by memchr scans for \x1c-\x1f, then array tests on
-    the few candidate lead bytes among the non-ASCII bytes (none in ASCII text)."""
+    """``EXOTIC_SPACE.search(data)`` (corpora/encoding.py) by memchr scans for \x1c-\x1f, then
+    array tests on the few candidate lead bytes among the non-ASCII bytes (none in ASCII text)."""
     if any(sep in data for sep in (b"\x1c", b"\x1d", b"\x1e", b"\x1f")):
         return True
     if data.isascii():

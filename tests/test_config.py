@@ -5,7 +5,7 @@ import traceback
 
 import pytest
 
-from data_pipeline.prepare import main as prepare_main
+from data_pipeline.cli import main as prepare_main
 from tests.conftest import REPO_ROOT
 from txl_dist.config import ConfigError, apply_overrides, load_run_config, run_config_from_dict
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from data_pipeline import load_manifest, manifest_url, prepare
-from data_pipeline.prepare import main as prepare_main
+from data_pipeline.cli import main as prepare_main
 from data_pipeline.streams import IGNORE_INDEX
 from data_pipeline.vocab import EOS, Vocab
 from tests.data_pipeline.paper_inputs import write_zip

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from data_pipeline import charlevel
+from data_pipeline.corpora.datasets import DATASETS
 from data_pipeline.vocab import Vocab
 from tests.data_pipeline import paper_inputs as pi
 from txl_dist.cli.generate import CharDetokenizer, Sampling, generate, main, prompt_ids
@@ -102,7 +102,7 @@ def test_missing_vocabulary_is_a_clear_error(model_dir, capsys):
 def char_model_dir(tmp_path, dataset: str, text: bytes):
     """A random full-softmax model over the characters of ``text``, exported as txl-export
     writes a character-level model (vocab.txt in txl-prepare's tokens, data.json)."""
-    names, _ = charlevel.TOKENIZERS[dataset](text, "text")
+    names, _ = DATASETS[dataset].char_tokenizer.tokens(text, "text")
     vocab = Vocab(names)
     torch.manual_seed(0)
     config = TXLConfig(

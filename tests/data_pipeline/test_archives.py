@@ -8,8 +8,12 @@ import zipfile
 
 import pytest
 
-from data_pipeline.corpora import SPLITS, ArchiveLimits, extract, fetch, file_digest, split_files
+from data_pipeline.corpora.datasets import DATASETS
+from data_pipeline.corpora.sources import ArchiveLimits, extract, fetch, file_digest, split_files
+from data_pipeline.corpora.splits import SPLITS
 from data_pipeline.errors import CorpusFormatError
+
+WIKITEXT_103 = DATASETS["wikitext-103"]
 
 
 def write_zip(path, members: dict[str, bytes]) -> None:
@@ -27,7 +31,7 @@ def test_same_file_name_from_two_urls_gives_two_cache_entries(tmp_path, http_ser
     texts = []
     for where in ("a", "b"):
         local = fetch(f"{server.url}/{where}/corpus.zip", cache, None, {})
-        texts.append((extract(local, cache, "wikitext-103") / "wiki.valid.tokens").read_bytes())
+        texts.append((extract(local, cache, WIKITEXT_103) / "wiki.valid.tokens").read_bytes())
     assert texts == [b"from a\n", b"from b, longer\n"]
 
 
@@ -35,12 +39,12 @@ def test_a_planted_done_marker_is_not_trusted(tmp_path):
     archive = tmp_path / "src" / "corpus.zip"
     write_zip(archive, {"wiki.valid.tokens": b"real\n"})
     cache = tmp_path / "cache"
-    target = extract(archive, cache, "wikitext-103")
+    target = extract(archive, cache, WIKITEXT_103)
     assert target.parent == cache  # never beside the source
     assert sorted(p.name for p in (tmp_path / "src").iterdir()) == ["corpus.zip"]
     (target / "wiki.valid.tokens").write_bytes(b"planted\n")
     (target / ".done").write_text("not the digest")
-    again = extract(archive, cache, "wikitext-103")
+    again = extract(archive, cache, WIKITEXT_103)
     assert (again / "wiki.valid.tokens").read_bytes() == b"real\n"
     assert (again / ".done").read_text() == file_digest(archive)
     assert sorted(p.name for p in cache.iterdir()) == [target.name]  # no temporary left
@@ -54,7 +58,7 @@ def test_a_bomb_is_refused_before_anything_is_written(tmp_path):
         extract(
             archive,
             tmp_path / "cache",
-            "wikitext-103",
+            WIKITEXT_103,
             ArchiveLimits(max_bytes=1 << 20, max_members=10),
         )
     write_zip(archive, {f"f{i}": b"x" for i in range(20)})
@@ -62,7 +66,7 @@ def test_a_bomb_is_refused_before_anything_is_written(tmp_path):
         extract(
             archive,
             tmp_path / "cache",
-            "wikitext-103",
+            WIKITEXT_103,
             ArchiveLimits(max_bytes=1 << 20, max_members=10),
         )
     assert not list((tmp_path / "cache").rglob("f1")) and not list(tmp_path.rglob("*.tokens"))
@@ -80,7 +84,7 @@ def test_a_member_outside_the_archive_is_a_one_line_error(tmp_path, kind):
             info.size = 1
             tf.addfile(info, io.BytesIO(b"x"))
     with pytest.raises(CorpusFormatError, match="points outside the archive") as err:
-        extract(archive, tmp_path / "cache", "wikitext-103")
+        extract(archive, tmp_path / "cache", WIKITEXT_103)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "evil.txt").exists()
 
@@ -94,7 +98,7 @@ def test_links_in_a_tar_are_not_extracted(tmp_path):
         valid = tarfile.TarInfo("wiki.valid.tokens")
         valid.size = 5
         tf.addfile(valid, io.BytesIO(b"real\n"))
-    target = extract(archive, tmp_path / "cache", "wikitext-103")
+    target = extract(archive, tmp_path / "cache", WIKITEXT_103)
     assert not (target / "wiki.train.tokens").exists()
     assert (target / "wiki.valid.tokens").read_bytes() == b"real\n"
 
@@ -112,10 +116,10 @@ def test_only_the_split_files_of_a_zip_are_extracted(tmp_path):
     }
     archive = tmp_path / "wikitext-103-v1.zip"
     write_zip(archive, {**extras, **splits})
-    target = extract(archive, tmp_path / "cache", "wikitext-103", ArchiveLimits(1 << 20, 10))
+    target = extract(archive, tmp_path / "cache", WIKITEXT_103, ArchiveLimits(1 << 20, 10))
     assert extracted(target) == {*splits, ".done"}
     assert (target / "wikitext-103/wiki.test.tokens").read_bytes() == b"test text\n"
-    assert split_files("wikitext-103", str(target)) == {
+    assert split_files(WIKITEXT_103, str(target)) == {
         s: [f"file://{target}/wikitext-103/wiki.{s}.tokens"] for s in SPLITS
     }
 
@@ -141,11 +145,11 @@ def test_only_the_split_files_of_an_lm1b_tar_gz_are_extracted(tmp_path):
             info = tarfile.TarInfo(name)
             info.size = len(name) + 1
             tf.addfile(info, io.BytesIO(name.encode() + b"\n"))
-    target = extract(archive, tmp_path / "cache", "lm1b")
+    target = extract(archive, tmp_path / "cache", DATASETS["lm1b"])
     assert extracted(target) == {*wanted, ".done"}
     assert (target / wanted[0]).read_bytes() == wanted[0].encode() + b"\n"
     # The same archive read as another dataset is a cache entry of its own.
-    other = extract(archive, tmp_path / "cache", "text")
+    other = extract(archive, tmp_path / "cache", DATASETS["text"])
     assert other != target and extracted(other) == {*wanted, *extras[:2], ".done"}
 
 
@@ -153,5 +157,5 @@ def test_an_archive_without_split_files_is_a_one_line_error(tmp_path):
     archive = tmp_path / "photos.zip"
     write_zip(archive, {"a.jpg": b"x", "b.jpg": b"y"})
     with pytest.raises(CorpusFormatError, match="none of its 2 members is a wikitext split file"):
-        extract(archive, tmp_path / "cache", "wikitext-2")
+        extract(archive, tmp_path / "cache", DATASETS["wikitext-2"])
     assert [p.name for p in (tmp_path / "cache").iterdir()] == []

@@ -1,8 +1,9 @@
-"""Tokenization details of corpora.py against their plain definitions."""
+"""Tokenization details of the corpora package against their plain definitions."""
 
 from __future__ import annotations
 
-from data_pipeline.corpora import TITLE_BOUNDARY, encode_wikitext, local_tokens
+from data_pipeline.corpora.boundaries import TITLE_BOUNDARY
+from data_pipeline.corpora.encoding import encode_wikitext, local_tokens
 
 
 def test_wikitext_articles_start_at_every_title_boundary(shared_data):

@@ -21,7 +21,7 @@ from data_pipeline import (
     manifest_url,
     verify,
 )
-from data_pipeline.prepare import main
+from data_pipeline.cli import main
 from data_pipeline.storage import Retry
 from tests.conftest import REPO_ROOT
 from tests.processes import run

@@ -10,8 +10,9 @@ import fsspec
 import numpy as np
 import pytest
 
+from data_pipeline.cli import main
 from data_pipeline.errors import ManifestError
-from data_pipeline.prepare import main, prepare
+from data_pipeline.prepare import prepare
 from data_pipeline.shards import (
     FORMAT_VERSION,
     Manifest,

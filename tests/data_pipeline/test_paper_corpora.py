@@ -3,15 +3,17 @@ the unpacked file, token-exact with the reference's preparation on the same inpu
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import zipfile
 
 import pytest
 
-from data_pipeline import corpora
+from data_pipeline.cli import main
+from data_pipeline.corpora.datasets import DATASETS, Download
 from data_pipeline.errors import ChecksumError, CorpusFormatError, ManifestError
-from data_pipeline.prepare import main, prepare
+from data_pipeline.prepare import prepare
 from data_pipeline.shards import FORMAT_VERSION, Manifest
 from data_pipeline.vocab import Vocab
 
@@ -96,7 +98,10 @@ def serve_as_official(monkeypatch, http_server, archive, size: int | None = None
     dataset = {"enwik8.zip": "enwik8", "text8.zip": "text8"}.get(archive.name, "ptb")
     url = f"{http_server(archive.parent).url}/{archive.name}"
     size = archive.stat().st_size if size is None else size
-    monkeypatch.setitem(corpora.OFFICIAL_SOURCES, dataset, corpora.Download(url, None, None, size))
+    official = Download(url, None, None, size)
+    monkeypatch.setitem(
+        DATASETS, dataset, dataclasses.replace(DATASETS[dataset], official=official)
+    )
 
 
 @pytest.mark.parametrize("dataset", ["enwik8", "text8", "ptb"])

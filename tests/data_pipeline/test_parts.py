@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from data_pipeline import prepare
-from data_pipeline.prepare import main
+from data_pipeline.cli import main
 from tests.data_pipeline.conftest import SMALL, decoded_split, lm1b_reference, wikitext_reference
 
 UNIT_BYTES = 150_000  # the test files are 0.5-1.3 MB: several units per split

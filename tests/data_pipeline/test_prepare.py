@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from data_pipeline import ChecksumError, Vocab, load_manifest, manifest_url, prepare
-from data_pipeline.prepare import main
+from data_pipeline.cli import main
 from tests.data_pipeline.conftest import (
     SMALL,
     decoded_split,

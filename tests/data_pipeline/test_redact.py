@@ -12,7 +12,7 @@ from data_pipeline import (
     prepare,
     verify,
 )
-from data_pipeline.prepare import main
+from data_pipeline.cli import main
 from data_pipeline.redact import REDACTED, is_secret_name, redact, redact_text
 from data_pipeline.storage import Retry
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from data_pipeline.prepare import main as prepare_main
+from data_pipeline.cli import main as prepare_main
 from tests.conftest import REPO_ROOT
 from txl_dist.config import ConfigError, load_run_config
 from txl_dist.engine import preflight

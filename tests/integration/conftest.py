@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from data_pipeline.prepare import main as prepare_main
+from data_pipeline.cli import main as prepare_main
 from tests.integration.runs import STEPS, train
 from txl_dist.cli.export import export
 

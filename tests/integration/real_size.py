@@ -13,7 +13,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from data_pipeline.prepare import main as prepare_main
+from data_pipeline.cli import main as prepare_main
 
 # Training text for 3 steps of 2 rows per rank at the largest tgt_len (384), and a valid split
 # that evaluation covers in a few segments at the configs' eval lengths.

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from data_pipeline import load_manifest, manifest_url
-from data_pipeline.prepare import main as prepare_main
+from data_pipeline.cli import main as prepare_main
 from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.data_pipeline.paper_inputs import enwik8_bytes, write_zip

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from data_pipeline.prepare import main as prepare_main
+from data_pipeline.cli import main as prepare_main
 from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.data_pipeline.conftest import RangeServer

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from data_pipeline import corpora, prepare
+from data_pipeline import prepare
+from data_pipeline.corpora.datasets import DATASETS
+from data_pipeline.corpora.sources import split_files
 from data_pipeline.units import Unit, split_units
 from data_pipeline.units import part_units as units_of_part
 from tests.conftest import REPO_ROOT
@@ -28,9 +30,10 @@ def prepare_args(source: Path, out: Path) -> list[str]:
 
 def part_units(source: Path, part: int) -> list[Unit]:
     """The units of part ``part`` of 2 of the source (as txl-prepare cuts them)."""
-    files = corpora.split_files("wikitext-2", str(source))
-    size = LAYOUT["unit_bytes"]
-    units = [u for s, f in files.items() for u in split_units(s, f, "wikitext", size, {})]
+    wikitext_2 = DATASETS["wikitext-2"]
+    files = split_files(wikitext_2, str(source))
+    size, documents = LAYOUT["unit_bytes"], wikitext_2.documents
+    units = [u for s, f in files.items() for u in split_units(s, f, documents, size, {})]
     return units_of_part(units, part - 1, 2)
 
 

@@ -28,9 +28,9 @@ import torch
 from torch import Tensor
 
 from data_pipeline.errors import DataError
-from data_pipeline.prepare import parse_options
 from data_pipeline.redact import redact_text
 from data_pipeline.shards import vocab_url
+from data_pipeline.storage import parse_options
 from data_pipeline.vocab import Vocab
 from txl_dist.config import ConfigError, RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint import (

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from data_pipeline import charlevel
+from data_pipeline.corpora.datasets import DATASETS
 from data_pipeline.errors import DataError
 from data_pipeline.vocab import EOS, SENTENCE, Vocab
 from txl_dist.exported import DTYPES, export_data, export_level, export_vocab
@@ -101,7 +101,7 @@ def prompt_ids(text: str, vocab: Vocab, dataset: str | None = None) -> Tensor:
     if dataset is None:
         start = [t for t in (EOS, SENTENCE) if t in vocab.index][:1]
         return torch.from_numpy(vocab.encode([*start, *text.split()])).long()
-    names, local = charlevel.TOKENIZERS[dataset](text.encode("utf-8"), "--prompt")
+    names, local = DATASETS[dataset].char_tokenizer.tokens(text.encode("utf-8"), "--prompt")
     if not len(local):
         raise ValueError(f"a character-level model ({dataset}) needs a --prompt to continue")
     return torch.from_numpy(vocab.encode_local(names, local)[0]).long()
@@ -130,7 +130,7 @@ class CharDetokenizer:
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def text(self, token: str) -> str:
-        return self.decoder.decode(charlevel.token_bytes(self.dataset, token))
+        return self.decoder.decode(DATASETS[self.dataset].char_tokenizer.token_bytes(token))
 
 
 def char_dataset(model_dir: str) -> str | None:
@@ -139,10 +139,11 @@ def char_dataset(model_dir: str) -> str | None:
     if export_level(model_dir) != "char":
         return None
     dataset = export_data(model_dir).get("dataset")
-    if dataset not in charlevel.TOKENIZERS:
+    char_level = [d.name for d in DATASETS.values() if d.char_tokenizer]
+    if dataset not in char_level:
         raise ValueError(
             f"{model_dir} is a character-level model of {dataset!r}; txl-generate reads "
-            f"prompts for {', '.join(charlevel.TOKENIZERS)}"
+            f"prompts for {', '.join(char_level)}"
         )
     return dataset
 

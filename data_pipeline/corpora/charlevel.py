@@ -16,7 +16,7 @@ salesforce/awd-lstm-lm ``prep_enwik8.py`` and its own ``prep_text8.py``, then
   appearance (``data_utils.Corpus`` for enwik8/text8; vocab.py orders it).
 
 Here the splits are cut once into a cache directory as the raw bytes (the reference's
-``*.txt.raw``), and each split file is one document that the functions below tokenize.
+``*.txt.raw``), and each split file is one document that ``ENWIK8`` or ``TEXT8`` tokenizes.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import contextlib
 import re
 import zipfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -131,15 +132,25 @@ def by_first_appearance(
     return [name(int(v)) for v in order], local[values]
 
 
-TOKENIZERS: dict[str, Callable[[bytes, str], tuple[list[str], np.ndarray]]] = {
-    "enwik8": enwik8_tokens,
-    "text8": text8_tokens,
-}
+def enwik8_bytes(token: str) -> bytes:
+    """The byte an enwik8 token stands for (its decimal value)."""
+    return bytes([int(token)])
 
 
-def token_bytes(dataset: str, token: str) -> bytes:
-    """What a token of ``dataset`` stands for, the tokenizers undone: an enwik8 token is its
-    byte's decimal value, a text8 token its character (``_`` for a space)."""
-    if dataset == "enwik8":
-        return bytes([int(token)])
+def text8_bytes(token: str) -> bytes:
+    """The character a text8 token stands for (``_``: a space)."""
     return b" " if token == "_" else token.encode()
+
+
+@dataclass(frozen=True)
+class CharTokenizer:
+    """A character-level tokenization and its inverse."""
+
+    tokens: Callable[[bytes, str], tuple[list[str], np.ndarray]]
+    """(data, its URL for errors) -> distinct tokens in first-appearance order, int32 local ids."""
+    token_bytes: Callable[[str], bytes]
+    """What a token stands for, the tokenization undone."""
+
+
+ENWIK8 = CharTokenizer(enwik8_tokens, enwik8_bytes)
+TEXT8 = CharTokenizer(text8_tokens, text8_bytes)

@@ -1,0 +1,133 @@
+"""txl-prepare: corpus -> vocabulary + document-contiguous shards + manifests (prepare.py).
+
+    txl-prepare --dataset wikitext-103 --source ../shared/data/wikitext-103 --out DIR
+    txl-prepare --dataset lm1b --vocab 1b_word_vocab.txt --out s3://bucket/lm1b --workers 8
+    txl-prepare --verify DIR
+
+On a cluster the same steps run as jobs (launch/slurm/prepare.sbatch):
+
+    txl-prepare ... --part I/N     # units of part I of N: count, or (vocabulary ready) encode
+    txl-prepare ... --merge        # build the vocabulary, or (units encoded) write manifests
+
+Remote ``--out`` / ``--source``: options for fsspec go in ``--out-option KEY=VALUE`` and
+``--source-option KEY=VALUE`` (e.g. ``--out-option endpoint_url=http://127.0.0.1:9000``).
+s3fs also honours the standard AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_ENDPOINT_URL``), and fsspec reads ``FSSPEC_S3_ENDPOINT_URL``-style variables at import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from data_pipeline.corpora.charlevel import DEFAULT_TEST_CHARS
+from data_pipeline.corpora.datasets import DATASETS
+from data_pipeline.errors import DataError
+from data_pipeline.prepare import (
+    DEFAULT_CACHE,
+    DEFAULT_SAMPLE_TOKENS,
+    DEFAULT_SHARD_TOKENS,
+    Job,
+    Settings,
+)
+from data_pipeline.redact import redact_text
+from data_pipeline.shards import Manifest, manifest_url, verify, vocab_url
+from data_pipeline.storage import parse_options
+from data_pipeline.units import DEFAULT_UNIT_BYTES, parse_part
+
+
+def parser() -> argparse.ArgumentParser:
+    """The txl-prepare command line."""
+    p = argparse.ArgumentParser(prog="txl-prepare", description=__doc__.split("\n")[0])
+    p.add_argument("--dataset", choices=DATASETS)
+    p.add_argument(
+        "--source", help="directory, file or archive (any fsspec URL); default: official"
+    )
+    p.add_argument("--out", help="output root (any fsspec URL)")
+    p.add_argument("--vocab", help="reuse this vocabulary file (token[ count] per line)")
+    p.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens/shard")
+    p.add_argument("--sample-size", type=int, default=DEFAULT_SAMPLE_TOKENS, help="tokens/sample")
+    p.add_argument(
+        "--unit-bytes",
+        type=int,
+        default=DEFAULT_UNIT_BYTES,
+        help="source bytes per unit (the grain of --part; shards never span units)",
+    )
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--min-count", type=int, help="vocabulary min count (default per dataset)")
+    p.add_argument("--text-docs", choices=("block", "file"), default="block")
+    p.add_argument(
+        "--test-chars", type=int, default=DEFAULT_TEST_CHARS,
+        help="enwik8/text8: bytes of test and of valid (the reference's 5,000,000)",
+    )  # fmt: skip
+    p.add_argument("--source-checksum", help="ALGO:HEX of a --source archive")
+    p.add_argument("--cache-dir", default=DEFAULT_CACHE, help="where archives are downloaded")
+    p.add_argument("--out-option", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--part", metavar="I/N", help="do part I of N of the next step and exit")
+    p.add_argument("--merge", action="store_true", help="join the parts' results and exit")
+    p.add_argument("--verify", metavar="URL", help="re-check a prepared dataset root and exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``txl-prepare``; returns the exit status."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    args = parser().parse_args(argv)
+    try:
+        out_options = parse_options(args.out_option)
+        source_options = parse_options(args.source_option)
+    except argparse.ArgumentTypeError as err:
+        parser().error(f"--out-option / --source-option: {err}")
+    try:
+        if args.verify:
+            for line in verify(args.verify, out_options):
+                print(redact_text(line))
+            return 0
+        if not (args.dataset and args.out):
+            parser().error("--dataset and --out are required (or --verify URL)")
+        if args.part and args.merge:
+            parser().error("--part and --merge are separate jobs: give one of them")
+        try:
+            settings = settings_of(args, out_options, source_options)
+            part = parse_part(args.part) if args.part else None
+        except ValueError as err:
+            parser().error(str(err))
+        job = Job.open(settings)
+        if part:
+            print(f"part {part[0] + 1}/{part[1]}: {job.run_part(*part)}")
+            return 0
+        manifests = job.merge() if args.merge else job.run()
+    except DataError as err:  # input errors exit 2, like usage errors and txl-pretrain's
+        print(f"txl-prepare: error: {err}", file=sys.stderr)
+        return 2
+    if manifests is None:  # --merge built the vocabulary
+        where = redact_text(vocab_url(args.out))
+        print(f"vocabulary built: {where}; now run the parts again, then --merge")
+    else:
+        print_manifests(args.out, manifests)
+    return 0
+
+
+def settings_of(args: argparse.Namespace, out_options: dict, source_options: dict) -> Settings:
+    """The run the command line asks for (ValueError: options that do not fit together)."""
+    return Settings(
+        args.dataset, args.out, args.source, vocab=args.vocab, shard_size=args.shard_size,
+        sample_size=args.sample_size, unit_bytes=args.unit_bytes, workers=args.workers,
+        min_count=args.min_count, text_docs=args.text_docs, test_chars=args.test_chars,
+        source_checksum=args.source_checksum, cache_dir=args.cache_dir, out_options=out_options,
+        source_options=source_options, progress=not args.no_progress,
+    )  # fmt: skip
+
+
+def print_manifests(out: str, manifests: dict[str, Manifest]) -> None:
+    """One line per split: its tokens, documents, shards and vocabulary, and where it is."""
+    for split, m in manifests.items():
+        print(
+            f"{split}: {m.tokens} tokens, {m.documents} documents, {len(m.shards)} shards, "
+            f"vocab {m.vocab_size}, {m.oov_tokens} out-of-vocabulary"
+            f" -> {redact_text(manifest_url(out, split))}"
+        )
