@@ -14,6 +14,7 @@ import pytest
 
 from data_pipeline import ChecksumError, Vocab, load_manifest, manifest_url, prepare
 from data_pipeline.cli import main
+from data_pipeline.prepare import Settings
 from tests.data_pipeline.conftest import (
     SMALL,
     decoded_split,
@@ -224,3 +225,14 @@ def test_small_pieces_of_a_cut_file_and_of_text_blocks(shared_data, tmp_path, wt
     tokens, lengths = decoded_split(tmp_path / "tx", "train")
     assert " ".join(tokens) == "a b <eos> c <eos> d <eos> e f g <eos> h <eos>"
     assert np.concatenate(lengths).tolist() == [5, 2, 6]
+
+
+def test_settings_are_checked_once_before_anything_is_read(tmp_path):
+    out = str(tmp_path / "out")
+    with pytest.raises(ValueError, match="text_docs must be 'block' or 'file', not 'lines'"):
+        Settings("text", out, text_docs="lines")
+    with pytest.raises(ValueError, match="unknown dataset 'wikitext-4'; choose one of"):
+        Settings("wikitext-4", out)
+    with pytest.raises(ValueError, match="--sample-size 10 must be at least 1 and at most --shard"):
+        Settings("text", out, sample_size=10, shard_size=5)
+    assert not list(tmp_path.iterdir())

@@ -1,4 +1,4 @@
-"""Archives: cache entries per source URL, checked markers, caps and names checked first."""
+"""Sources and archives: cache entries per source URL, checked markers, caps and names first."""
 
 from __future__ import annotations
 
