@@ -54,21 +54,12 @@ def test_a_bomb_is_refused_before_anything_is_written(tmp_path):
     archive = tmp_path / "bomb.zip"
     write_zip(archive, {"wiki.train.tokens": b"\0" * (4 << 20)})  # 4 MiB from a few KiB
     assert archive.stat().st_size < 64 << 10
+    limits = ArchiveLimits(max_bytes=1 << 20, max_members=10)
     with pytest.raises(CorpusFormatError, match="4194304 bytes uncompressed; over the limit"):
-        extract(
-            archive,
-            tmp_path / "cache",
-            WIKITEXT_103,
-            ArchiveLimits(max_bytes=1 << 20, max_members=10),
-        )
+        extract(archive, tmp_path / "cache", WIKITEXT_103, limits)
     write_zip(archive, {f"f{i}": b"x" for i in range(20)})
     with pytest.raises(CorpusFormatError, match="20 members"):
-        extract(
-            archive,
-            tmp_path / "cache",
-            WIKITEXT_103,
-            ArchiveLimits(max_bytes=1 << 20, max_members=10),
-        )
+        extract(archive, tmp_path / "cache", WIKITEXT_103, limits)
     assert not list((tmp_path / "cache").rglob("f1")) and not list(tmp_path.rglob("*.tokens"))
 
 
