@@ -1,7 +1,7 @@
 """Encoding: the whole documents that start in a byte range of a corpus file, as token ids.
 
 A dataset's ``Documents`` (datasets.py) pair a boundary finder (boundaries.py) with a
-tokenization: ``WordLines`` (UTF-8 lines split on whitespace, WikiText rules, with the dataset's
+``Tokenization``: ``WordLines`` (UTF-8 lines split on whitespace, WikiText rules, with the dataset's
 own document rule) or ``Characters`` (one token per byte or character, charlevel.py). Ids are
 local to the chunk (first appearance, what counting needs) or a vocabulary's.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import fsspec
 import numpy as np
@@ -175,6 +175,19 @@ def in_vocab(chunk: EncodedChunk, vocab: Vocab | None) -> EncodedChunk:
     return EncodedChunk(None, ids, chunk.doc_lengths, chunk.source_bytes, oov_tokens)
 
 
+class Tokenization(Protocol):
+    """How the bytes of whole documents become tokens (WordLines, Characters)."""
+
+    level: ClassVar[str]
+    """``word`` or ``char`` (the loss of char-level data reads as bits per character)."""
+
+    def encode(
+        self, data: bytes, url: str, first: int, last: int, vocab: Vocab | None
+    ) -> EncodedChunk:
+        """Tokens of the whole documents in bytes [first, last) of ``url`` (local ids, or
+        ``vocab``'s where it can say them)."""
+
+
 @dataclass(frozen=True)
 class WordLines:
     """Words of UTF-8 text lines split on whitespace, ``<eos>`` per line (WikiText rules)."""
@@ -225,7 +238,7 @@ class Documents:
 
     kind: str
     """Stable name, recorded in every split's fingerprint (a new name prepares splits anew)."""
-    tokenization: WordLines | Characters
+    tokenization: Tokenization
     """How the bytes of whole documents become tokens."""
     next_start: Finder | None = None
     """The first document start at or after a position of some bytes; None: a file is one
