@@ -1,20 +1,23 @@
-"""The README's commands run as written: every ```bash block, top to bottom (issue 16).
+"""The documentation's commands run as written: every ```bash block of the README and of docs/.
 
 Convention: a block whose first line is `# not run here: REASON` needs what a 2-core machine
-without a GPU lacks (GPUs, a SLURM cluster, several nodes, internet, an S3 bucket) or is the
-test suite itself; every other ```bash block is runnable and must exit 0.
+without a GPU lacks (GPUs, a SLURM cluster, several nodes, internet, an S3 bucket); every other
+```bash block is runnable and must exit 0. The test suite's own command is a ```sh block.
 
-Each runnable block runs in a fresh `bash -euo pipefail`, in README order, in a temporary
+Each runnable block runs in a fresh `bash -euo pipefail`, the README's first, then each docs page's
+in the order the README links them (a page may use what an earlier one made), in a temporary
 directory laid out like a checkout: links to the repository's launch/, configs/ and bench/, and
 to the environment under test as .venv, with ../shared/data/wikitext-103 holding the shared
 train prefix (a link) and the first VALID_BYTES of valid, so evaluations take seconds. Nothing
 of the test's own environment is on PATH: the blocks after the README's `source
 .venv/bin/activate` block start with that line, as the README asks of every new shell. What the
 test changes, and nothing else:
-- TXL_SET (the README's documented overrides from the environment) cuts every training run to
-  a few steps;
+- TXL_SET (the documented overrides from the environment) cuts every training run to a few
+  steps;
 - `bash launch/install.sh` runs as `true`: CI has just run it on this checkout, and in the
   temporary layout it would re-point the environment's editable install there.
+Afterwards `git status` of the temporary checkout (with the repository's .gitignore) and of the
+repository shows nothing new: the blocks write only under runs/.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ from tests import processes
 from tests.conftest import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
+DOCS = REPO_ROOT / "docs"
+DOCS_LINK = re.compile(r"\]\(docs/([\w.-]+\.md)")  # [text](docs/page.md...)
+DOCS_LIST = "## Documentation"  # the README's section that links every docs page
+README_MAX_LINES = 199  # what it is, Quick start, a command table, the configs, links: no more
 NOT_RUN = re.compile(r"# not run here: \S")
 ACTIVATE = "source .venv/bin/activate"
 INSTALL = "bash launch/install.sh"
@@ -40,7 +47,9 @@ TXL_SET = "train.max_steps=2 logging.log_interval=1"  # every training run: 2 st
 VALID_BYTES = 10_000  # of the 1.1 MB valid split: ~2,000 tokens, evaluations of seconds
 BLOCK_TIMEOUT_S = 300
 FENCE = re.compile(r"^( *)```(\S*)\s*$")
-# The runs the README trains, each with its own train.out_dir.
+# What a machine without a GPU lacks: a block may be left unrun for one of these only.
+LACKS = ("GPU", "SLURM cluster", "several nodes", "internet", "S3 bucket")
+# The runs the pages train, each with its own train.out_dir.
 TRAINED = ["tiny", "tiny-deepspeed", "tiny-torchrun", "tiny-python", "tiny-300"]
 
 
@@ -91,24 +100,79 @@ def test_blocks_are_extracted_and_classified():
     assert Block(1, "# not run here:\nx\n").runnable  # a mark without a reason is no mark
 
 
-def test_readme_marks_what_cannot_run_here_and_runnable_blocks_hold_no_placeholders():
-    blocks = bash_blocks(README.read_text())
-    reasons = [b.text.splitlines()[0].removeprefix("# not run here: ") for b in blocks]
-    runnable = [b for b in blocks if b.runnable]
-    assert [r for b, r in zip(blocks, reasons) if not b.runnable] == [
-        "the test suite itself, which runs this README (tests/test_readme.py)",
-        "needs internet (the official archive) and an S3 bucket",
-        "needs a SLURM cluster",
-        "needs GPUs",
-        "needs a SLURM cluster",
-        "needs a SLURM cluster",
-        "needs several nodes",
-    ]
-    assert len(runnable) == 8
+def documentation_list(readme: Path = README) -> list[str]:
+    """The docs pages the README's documentation section links, in its order."""
+    section = readme.read_text().partition(DOCS_LIST)[2].partition("\n## ")[0]
+    return DOCS_LINK.findall(section)
+
+
+def pages(readme: Path = README, docs: Path = DOCS) -> list[Path]:
+    """The README, then docs/*.md in the order of its documentation section, then any other."""
+    linked = [docs / name for name in documentation_list(readme)]
+    ordered = [readme, *dict.fromkeys(page for page in linked if page.exists())]
+    return ordered + sorted(set(docs.glob("*.md")) - set(ordered))
+
+
+def where(page: Path, block: Block) -> str:
+    return f"{page.relative_to(REPO_ROOT)} line {block.line}"
+
+
+def test_pages_are_the_readme_then_docs_in_the_readmes_link_order(tmp_path):
+    (tmp_path / "docs").mkdir()
+    for name in ("a.md", "b.md", "c.md"):
+        (tmp_path / "docs" / name).write_text("")
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "[C](docs/c.md)\n## Documentation\n[B](docs/b.md#x) [gone](docs/gone.md) [A](docs/a.md)"
+        " [B](docs/b.md)\n## Next\n[C](docs/c.md)"
+    )
+    found = [p.relative_to(tmp_path).as_posix() for p in pages(readme, tmp_path / "docs")]
+    assert found == ["README.md", "docs/b.md", "docs/a.md", "docs/c.md"]
+
+
+def test_readme_fits_on_a_screen():
+    lines = len(README.read_text().splitlines())
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines, over {README_MAX_LINES}: move the details to a docs/ page"
+    )
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = set(documentation_list())
+    unlinked = sorted(page.name for page in DOCS.glob("*.md") if page.name not in linked)
+    assert not unlinked, f"README.md's {DOCS_LIST} section lacks a link to {unlinked}"
+
+
+def test_blocks_are_marked_only_for_what_a_cpu_box_lacks_and_hold_no_placeholders():
+    for page in pages():
+        for block in bash_blocks(page.read_text()):
+            if block.runnable:
+                assert "..." not in block.text, (
+                    f"{where(page, block)}: a placeholder in\n{block.text}"
+                )
+                continue
+            reason = block.text.splitlines()[0].removeprefix("# not run here: ")
+            assert any(lack in reason for lack in LACKS), (
+                f"{where(page, block)}: '{reason}' is none of {LACKS}: run the block, or name "
+                "what this machine lacks"
+            )
+    runnable = [b for b in bash_blocks(README.read_text()) if b.runnable]
     assert INSTALL in runnable[0].text and runnable[1].text.strip() == ACTIVATE
-    for block in runnable:
-        assert "..." not in block.text, (
-            f"README.md line {block.line}: a placeholder in\n{block.text}"
+
+
+def one_line_commands(markdown: str) -> str:
+    """The ```bash blocks' commands, continuation lines joined, runs of spaces made one."""
+    text = "\n".join(block.text for block in bash_blocks(markdown)).replace("\\\n", " ")
+    return re.sub(r"[ \t]+", " ", text)
+
+
+def test_readme_command_examples_run_in_the_pages_they_link():
+    section = README.read_text().partition("## Commands")[2].partition("\n## ")[0]
+    rows = re.findall(r"^\| \[[^]]*\]\(docs/([\w.-]+\.md)[^)]*\)[^|]*\| `(.+)` \|$", section, re.M)
+    assert len(rows) >= 8, f"README.md's Commands table: {len(rows)} examples found"
+    for page, example in rows:
+        assert example in one_line_commands((DOCS / page).read_text()), (
+            f"README.md's example `{example}` is in no ```bash block of docs/{page}"
         )
 
 
@@ -146,33 +210,54 @@ def fresh_shell_env() -> dict[str, str]:
     return env
 
 
+def git_status(directory: Path) -> set[str]:
+    """`git status --porcelain` of directory's repository: one entry per changed or new path."""
+    result = processes.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"], timeout=60, cwd=directory
+    )
+    assert result.returncode == 0, result.stderr
+    return set(result.stdout.splitlines())
+
+
+def as_a_repository(checkout: Path) -> None:
+    """Make checkout a git repository that ignores what the project's .gitignore does."""
+    (checkout / ".gitignore").write_text((REPO_ROOT / ".gitignore").read_text())
+    result = processes.run(["git", "init", "--quiet"], timeout=60, cwd=checkout)
+    assert result.returncode == 0, result.stderr
+
+
 @pytest.mark.slow
-def test_readme_commands_run_as_written(shared_data, tmp_path):
+def test_documented_commands_run_as_written_and_leave_the_checkout_clean(shared_data, tmp_path):
     if not Path(sys.prefix, "bin", "activate").exists():
         pytest.fail(f"{sys.prefix} is not a virtual environment: run bash launch/install.sh")
     checkout, env = checkout_layout(tmp_path, shared_data), fresh_shell_env()
+    as_a_repository(checkout)
+    before = {checkout: git_status(checkout), REPO_ROOT: git_status(REPO_ROOT)}
     activated, times = False, []
-    for block in bash_blocks(README.read_text()):
-        if not block.runnable:
-            continue
-        script = (ACTIVATE + "\n" if activated else "") + block.text.replace(INSTALL, "true")
-        start = time.monotonic()
-        try:
-            result = processes.run(
-                ["bash", "-euo", "pipefail", "-c", script],
-                timeout=BLOCK_TIMEOUT_S, cwd=checkout, env=env, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"README.md line {block.line}: over {BLOCK_TIMEOUT_S} s:\n{script}")
-        times.append(f"line {block.line}: {time.monotonic() - start:.0f} s")
-        assert result.returncode == 0, (
-            f"README.md line {block.line}: exit {result.returncode}\n{script}\n"
-            f"--- stdout (end) ---\n{result.stdout[-4000:]}\n--- stderr (end) ---\n"
-            f"{result.stderr[-4000:]}"
-        )
-        activated = activated or block.text.strip() == ACTIVATE
-    print("README blocks:", ", ".join(times))
+    for page in pages():
+        for block in bash_blocks(page.read_text()):
+            if not block.runnable:
+                continue
+            script = (ACTIVATE + "\n" if activated else "") + block.text.replace(INSTALL, "true")
+            start = time.monotonic()
+            try:
+                result = processes.run(
+                    ["bash", "-euo", "pipefail", "-c", script],
+                    timeout=BLOCK_TIMEOUT_S, cwd=checkout, env=env, stdin=subprocess.DEVNULL,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{where(page, block)}: over {BLOCK_TIMEOUT_S} s:\n{script}")
+            times.append(f"{where(page, block)}: {time.monotonic() - start:.0f} s")
+            assert result.returncode == 0, (
+                f"{where(page, block)}: exit {result.returncode}\n{script}\n"
+                f"--- stdout (end) ---\n{result.stdout[-4000:]}\n--- stderr (end) ---\n"
+                f"{result.stderr[-4000:]}"
+            )
+            activated = activated or block.text.strip() == ACTIVATE
+    print("blocks:", ", ".join(times))
     # TXL_SET reached every training command (else each would have trained its full length).
     for run in TRAINED:
         latest = checkout / "runs" / run / "checkpoints" / "latest"
         assert latest.read_text().strip() == "global_step2", run
+    left = {str(path): sorted(git_status(path) - status) for path, status in before.items()}
+    assert not any(left.values()), f"the blocks left what git sees (write under runs/): {left}"
