@@ -57,10 +57,18 @@ class Throughput:
     """Peak FLOP/s of the whole job (all ranks), None when unknown (no MFU then)."""
 
     @classmethod
-    def of(cls, model: TXLConfig, peak_tflops: float | None, device: torch.device, ranks: int):
-        """`peak_tflops` per device, or the device's known peak."""
+    def of(
+        cls,
+        model: TXLConfig,
+        peak_tflops: float | None,
+        device: torch.device,
+        ranks: int,
+        micro_rows: int,
+    ) -> Throughput:
+        """`peak_tflops` per device, or the device's known peak; `micro_rows` rows a forward."""
         peak = peak_tflops or device_peak_tflops(device)
-        return cls(train_flops_per_token(model), peak * 1e12 * ranks if peak else None)
+        flops = train_flops_per_token(model, micro_rows)
+        return cls(flops, peak * 1e12 * ranks if peak else None)
 
     def mfu(self, tokens_per_s: float) -> float | None:
         """Achieved over peak FLOP/s, for `tokens_per_s` trained by the whole job."""

@@ -93,7 +93,7 @@ class Trainer:
         self.micro, self.accum, self.rows_per_rank = micro, accum, micro * accum
         self.nonfinite, self.skipped_steps = _NonFinite(device), 0
         self.throughput = Throughput.of(
-            config.model, config.train.peak_tflops, device, world.world_size
+            config.model, config.train.peak_tflops, device, world.world_size, micro
         )
 
     def announce_job(self) -> None:
