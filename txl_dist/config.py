@@ -130,8 +130,15 @@ class TrainConfig:
     """The same for a checkpoint save or load, the start-up and the first (compiling) steps."""
     max_micro_rows: int | None = None
     """Most rows one device runs at once; micro batch and accumulation are derived from it."""
+    profile_steps: list[int] | None = None
+    """[START, END]: steps traced by torch's profiler into OUT_DIR/profile/ (null: none)."""
 
     def __post_init__(self) -> None:
+        steps = self.profile_steps
+        if steps is not None and (len(steps) != 2 or not 1 <= steps[0] <= steps[1]):
+            raise ValueError(
+                f"train.profile_steps must be [START, END] with 1 <= START <= END, got {steps}"
+            )
         if self.max_micro_rows is not None and self.max_micro_rows < 1:
             raise ValueError(f"train.max_micro_rows must be at least 1, got {self.max_micro_rows}")
         for name in ("global_rows", "max_steps", "keep_last", "max_nonfinite_steps"):

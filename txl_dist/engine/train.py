@@ -31,6 +31,7 @@ from txl_dist.engine.metrics import (
     memory_gib,
     train_line,
 )
+from txl_dist.engine.profiling import StepProfiler
 from txl_dist.engine.signals import StopRequest
 from txl_dist.engine.watchdog import Watchdog
 from txl_dist.scores import score
@@ -95,6 +96,8 @@ class Trainer:
         self.throughput = Throughput.of(
             config.model, config.train.peak_tflops, device, world.world_size, micro
         )
+        out_dir = config.train.out_dir
+        self.profiler = StepProfiler(config.train.profile_steps, out_dir, world.rank, device)
 
     def announce_job(self) -> None:
         """Which scheduler job, run and start this is, for the logs."""
@@ -117,6 +120,7 @@ class Trainer:
         warm_until = self.step + self._warm_up_steps()
         while self.step < train.max_steps:
             with self.watchdog.phase("step", self.step + 1, slow=self.step < warm_until):
+                self.profiler.starting(self.step + 1)
                 started = time.perf_counter()
                 input_ids, targets = next(batches)
                 fetched = time.perf_counter()
@@ -125,6 +129,7 @@ class Trainer:
                 tokens = self.rows_per_rank * input_ids.size(1) * self.world.world_size
                 window.add(loss, tokens, fetched - started, time.perf_counter() - started)
                 self.step += 1
+                self.profiler.done(self.step)
                 if self.step % self.config.logging.log_interval == 0:
                     self._log_train(window)
                     window = _Window(self.device)
@@ -269,6 +274,7 @@ class Trainer:
             log.info(message)
 
     def _finish(self) -> None:
+        self.profiler.close()
         with self.watchdog.phase("finish", self.step):
             self.stop.settle()
         self.watchdog.stop()
