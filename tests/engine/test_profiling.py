@@ -1,12 +1,14 @@
-"""train.profile_steps: a Chrome trace of exactly the chosen steps, named for the rank."""
+"""train.profile_steps: a Chrome trace of exactly the chosen steps, named for the rank; an
+out-of-memory error: one line with the estimate it broke."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
-from txl_dist.engine.profiling import StepProfiler
+from txl_dist.engine.profiling import OutOfDeviceMemoryError, SnapshotOnOutOfMemory, StepProfiler
 
 
 def traced_steps(profiler: StepProfiler, steps: range) -> None:
@@ -41,3 +43,12 @@ def test_a_run_ending_inside_the_range_still_writes_its_trace(tmp_path):
 def test_no_profile_steps_no_trace(tmp_path):
     traced_steps(StepProfiler(None, str(tmp_path), rank=0, device=torch.device("cpu")), range(1, 4))
     assert not (tmp_path / "profile").exists()
+
+
+def test_out_of_memory_becomes_one_line_naming_the_estimate(tmp_path):
+    guard = SnapshotOnOutOfMemory(str(tmp_path), rank=3, estimate=lambda: 5 * 2**30)
+    line = r"^rank 3 ran out of device memory .*txl-inspect estimates 5\.00 GiB a rank"
+    with pytest.raises(OutOfDeviceMemoryError, match=line), guard:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    with pytest.raises(ValueError, match="^other$"), guard:  # other errors pass untouched
+        raise ValueError("other")

@@ -9,9 +9,14 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from tests.conftest import REPO_ROOT
+from txl_dist.cli.inspect_model import inspect_config
 from txl_dist.config import load_run_config
 from txl_dist.model import TransformerXL, TXLConfig
-from txl_dist.model.accounting import activation_bytes_per_row, forward_flops_per_token
+from txl_dist.model.accounting import (
+    activation_bytes_per_row,
+    forward_flops_per_token,
+    rank_memory_bytes,
+)
 
 SHIPPED_CONFIGS = sorted(path.name for path in (REPO_ROOT / "configs").glob("*.json"))
 FLOP_ROWS = 2  # more than one row: the position projection is shared by the rows of a forward
@@ -87,3 +92,10 @@ def test_activation_estimate_is_within_a_quarter_of_the_saved_tensors(values):
     memory = config.n_layer * config.mem_len * config.d_model * 4  # carried, not saved
     estimate = activation_bytes_per_row(config, dtype_bytes=4) - memory
     assert estimate == pytest.approx(per_row, rel=0.25)
+
+
+def test_rank_memory_is_txl_inspects_states_plus_activations():
+    report = inspect_config(str(REPO_ROOT / "configs" / "large.json"), world_size=4)
+    model = shipped_model("large.json")
+    expected = report.zero_bytes_per_rank[3] + report.activation_bytes_per_row * 16  # micro 16
+    assert rank_memory_bytes(model, 3, 4, 16) == pytest.approx(expected)

@@ -31,9 +31,10 @@ from txl_dist.engine.metrics import (
     memory_gib,
     train_line,
 )
-from txl_dist.engine.profiling import StepProfiler
+from txl_dist.engine.profiling import SnapshotOnOutOfMemory, StepProfiler
 from txl_dist.engine.signals import StopRequest
 from txl_dist.engine.watchdog import Watchdog
+from txl_dist.model.accounting import rank_memory_bytes
 from txl_dist.scores import score
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class Trainer:
         )
         out_dir = config.train.out_dir
         self.profiler = StepProfiler(config.train.profile_steps, out_dir, world.rank, device)
+        self.out_of_memory = SnapshotOnOutOfMemory(out_dir, world.rank, self._memory_estimate)
 
     def announce_job(self) -> None:
         """Which scheduler job, run and start this is, for the logs."""
@@ -124,7 +126,8 @@ class Trainer:
                 started = time.perf_counter()
                 input_ids, targets = next(batches)
                 fetched = time.perf_counter()
-                loss = self.train_step(input_ids, targets)
+                with self.out_of_memory:
+                    loss = self.train_step(input_ids, targets)
                 self.nonfinite.add(loss)
                 tokens = self.rows_per_rank * input_ids.size(1) * self.world.world_size
                 window.add(loss, tokens, fetched - started, time.perf_counter() - started)
@@ -203,6 +206,12 @@ class Trainer:
                 f"{longest} consecutive steps had a non-finite loss (by step {self.step}); "
                 "lower optim.lr, raise the warm-up or check the data"
             )
+
+    def _memory_estimate(self) -> float:
+        """txl-inspect's bytes for one rank of this run."""
+        model, world_size = self.config.model, self.world.world_size
+        dtype_bytes = 2 if self._low_precision() else 4
+        return rank_memory_bytes(model, self.config.zero_stage, world_size, self.micro, dtype_bytes)
 
     def _low_precision(self) -> bool:
         ds = self.config.deepspeed

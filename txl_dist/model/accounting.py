@@ -107,3 +107,13 @@ def activation_bytes_per_row(c: TXLConfig, dtype_bytes: int = 2) -> float:
     memory = c.n_layer * c.mem_len * d * dtype_bytes
     softmax = 4 * q * head_cluster_size(c) + 2 * dtype_bytes * q * d  # float32 log-softmax
     return c.n_layer * per_layer + memory + softmax
+
+
+def rank_memory_bytes(
+    c: TXLConfig, zero_stage: int, world_size: int, micro_rows: int, dtype_bytes: int = 2
+) -> float:
+    """txl-inspect's estimate of one rank's training memory: the model states of ZeRO stage
+    `zero_stage` at `world_size` ranks plus the activations of `micro_rows` rows."""
+    total, _ = count_parameters(build_on_meta(c))
+    states = ZERO_STAGES[zero_stage](world_size) * total
+    return states + activation_bytes_per_row(c, dtype_bytes) * micro_rows
