@@ -2,14 +2,17 @@
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from txl_dist.model import TXLConfig
 from txl_dist.model.attention import (
+    SDPA_HEAD_MULTIPLE,
     RelMultiHeadAttention,
     attend,
     attention_bias,
     attention_mask,
     masked_scores,
+    padded_sdpa,
     rel_shift,
     relative_distances,
     sinusoid_encoding,
@@ -136,3 +139,27 @@ def test_attention_dropout_drops_probabilities_and_scales_the_rest():
     dropped = attend(query, key, identity, bias, scale, 0.5)
     assert ((dropped == 0) & (probs > 0)).any()
     torch.testing.assert_close(dropped[dropped != 0], probs[dropped != 0] * 2)
+
+
+def test_padding_wt103_bases_head_size_to_48_leaves_attention_and_gradients_unchanged():
+    """d_head 41 is padded to 48 for SDPA's fused kernel (on CUDA); float64 on CPU shows the
+    padded computation is the same function, and torch's FLOP count that it ran at 48."""
+    torch.manual_seed(0)
+    b, h, q_len, k_len, d = 2, 3, 5, 9, 41
+    inputs = [torch.randn(b, h, n, d, dtype=torch.float64) for n in (q_len, k_len, k_len)]
+    inputs.append(torch.randn(b, h, q_len, k_len, dtype=torch.float64))
+    inputs = [t.requires_grad_() for t in inputs]
+    twins = [t.detach().clone().requires_grad_() for t in inputs]
+    counter = FlopCounterMode(display=False)
+    with counter:
+        got = padded_sdpa(*inputs, d**-0.5, 0.0, multiple=SDPA_HEAD_MULTIPLE)
+    assert counter.get_total_flops() == 2 * (2 * b * h * q_len * k_len * 48)  # q.k and p.v
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *twins[:3], attn_mask=twins[3], scale=d**-0.5
+    )
+    grad = torch.randn_like(want)
+    got.backward(grad)
+    want.backward(grad)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for mine, theirs in zip(inputs, twins):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-12, atol=1e-12)
