@@ -115,7 +115,7 @@ class TrainConfig:
     max_nonfinite_steps: int = 10
     """Abort after this many consecutive steps with a non-finite loss."""
     peak_tflops: float | None = None
-    """Peak dense TFLOP/s of one device for MFU; null means known GPUs' bf16 peak."""
+    """Peak dense TFLOP/s of one device for MFU; null: a known GPU's peak in the run's precision."""
     activation_checkpointing: bool = False
     """Recompute each layer's activations in backward to save memory."""
     compile: bool = False

@@ -95,7 +95,12 @@ class Trainer:
         self.micro, self.accum, self.rows_per_rank = micro, accum, micro * accum
         self.nonfinite, self.skipped_steps = _NonFinite(device), 0
         self.throughput = Throughput.of(
-            config.model, config.train.peak_tflops, device, world.world_size, micro
+            config.model,
+            config.train.peak_tflops,
+            device,
+            world.world_size,
+            micro,
+            self._low_precision(),
         )
         out_dir = config.train.out_dir
         self.profiler = StepProfiler(config.train.profile_steps, out_dir, world.rank, device)
