@@ -33,25 +33,20 @@ WANDB_DEFAULT_URL = "https://api.wandb.ai"
 # train.peak_tflops is not set: (bf16 / fp16 tensor cores, plain fp32), from NVIDIA's datasheets.
 # Exact names: the PCIe and NVL cards of a family are slower than its SXM one. fp32 runs use the
 # fp32 peak (torch's float32 matmuls do not use TF32 unless asked to).
-PEAK_TFLOPS = {
-    "NVIDIA H200": (989.0, 67.0),
-    "NVIDIA H200 NVL": (835.0, 60.0),
-    "NVIDIA H100 80GB HBM3": (989.0, 67.0),
-    "NVIDIA H100 NVL": (835.0, 60.0),
-    "NVIDIA H100 PCIe": (756.0, 51.0),
-    "NVIDIA A100-SXM4-80GB": (312.0, 19.5),
-    "NVIDIA A100-SXM4-40GB": (312.0, 19.5),
-    "NVIDIA A100 80GB PCIe": (312.0, 19.5),
-    "NVIDIA A100-PCIE-40GB": (312.0, 19.5),
-    "NVIDIA L40S": (362.0, 91.6),
-    "NVIDIA L40": (181.0, 90.5),
-    "NVIDIA L4": (121.0, 30.3),
-    "NVIDIA A10": (125.0, 31.2),
-    "Tesla V100-SXM2-16GB": (125.0, 15.7),  # fp16: V100 has no bf16
-    "Tesla V100-SXM2-32GB": (125.0, 15.7),
-    "Tesla V100-PCIE-16GB": (112.0, 14.0),
-    "Tesla V100-PCIE-32GB": (112.0, 14.0),
-}
+_PEAKS = [
+    ((989.0, 67.0), ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]),
+    ((835.0, 60.0), ["NVIDIA H200 NVL", "NVIDIA H100 NVL"]),
+    ((756.0, 51.0), ["NVIDIA H100 PCIe"]),
+    ((312.0, 19.5), ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB", "NVIDIA A100 80GB PCIe",
+                     "NVIDIA A100-PCIE-40GB"]),
+    ((362.0, 91.6), ["NVIDIA L40S"]),
+    ((181.0, 90.5), ["NVIDIA L40"]),
+    ((121.0, 30.3), ["NVIDIA L4"]),
+    ((125.0, 31.2), ["NVIDIA A10"]),
+    ((125.0, 15.7), ["Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"]),  # fp16: V100 has no bf16
+    ((112.0, 14.0), ["Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"]),
+]  # fmt: skip
+PEAK_TFLOPS = {name: peaks for peaks, names in _PEAKS for name in names}
 
 
 def device_peak_tflops(device: torch.device, low_precision: bool) -> float | None:
