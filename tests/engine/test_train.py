@@ -235,3 +235,11 @@ def test_out_of_memory_in_a_step_ends_the_run_naming_txl_inspects_estimate(tmp_p
     estimate = rank_memory_bytes(trainer.config.model, 2, 1, ROWS) / 2**30  # tiny: ZeRO-2 bf16
     with pytest.raises(OutOfDeviceMemoryError, match=f"estimates {estimate:.2f} GiB a rank"):
         trainer.run()
+
+
+def test_updates_deepspeed_skipped_for_overflow_are_logged_as_skipped_steps(tmp_path):
+    trainer = make_trainer(tmp_path, [], max_steps=4)
+    trainer.engine.skipped_steps = 3  # fp16 overflows: finite losses, updates skipped
+    trainer.run()
+    rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["skipped_steps"] for r in rows if "split" not in r] == [3, 3]

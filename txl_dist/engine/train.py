@@ -218,6 +218,11 @@ class Trainer:
         dtype_bytes = 2 if self._low_precision() else 4
         return rank_memory_bytes(model, self.config.zero_stage, world_size, self.micro, dtype_bytes)
 
+    def _overflow_skips(self) -> int:
+        """Updates DeepSpeed skipped for overflowing gradients (fp16 loss scaling): a step whose
+        loss is finite, so the non-finite count misses it."""
+        return int(getattr(self.engine, "skipped_steps", 0))
+
     def _low_precision(self) -> bool:
         ds = self.config.deepspeed
         return any(ds.get(key, {}).get("enabled", False) for key in ("bf16", "fp16"))
@@ -241,7 +246,7 @@ class Trainer:
             data_wait_s=w.data_wait / w.steps,
             mfu=self.throughput.mfu(tokens_per_s),
             memory_gib=memory_gib(self.device),
-            skipped_steps=self.skipped_steps,
+            skipped_steps=max(self.skipped_steps, self._overflow_skips()),
             epoch=self.streams.epoch,
             requeues=self.requeues,  # wandb shows at which steps the job was requeued
             slurm_job_id=_int_or_none(os.environ.get("SLURM_JOB_ID")),
