@@ -7,7 +7,8 @@
 # Then, with the device tool:
 #   run(command="bash bench/gpu_check.sh", carry=[".whl", ".gpu-data", ".reference"],
 #       timeout_s=540)
-# Extra arguments go to gpu_check.py (e.g. --device cpu --quick).
+# Extra arguments go to gpu_check.py: e.g. a rerun of what a time limit cut off,
+#   run(command="bash bench/gpu_check.sh --only speed", ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-runs/gpu_check}"

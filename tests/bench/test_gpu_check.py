@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from bench.gpu_check import compared
+from bench.gpu_check import compared, main
 from tests import processes
 from tests.conftest import REPO_ROOT
 
@@ -45,3 +45,9 @@ def test_correctness_rows_fail_on_a_wrong_nll_or_gradient():
     assert [row.ok for row in off] == [False, False]
     nan = compared("x", reference, [6.5, math.nan, 6.8], 0.999, torch.bfloat16)
     assert nan[0].ok is False and "non-finite" in nan[0].detail
+
+
+def test_an_unknown_section_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(SystemExit, match="--only takes correctness, engine, speed; got engnie"):
+        main(["--device", "cpu", "--only", "engine,engnie", "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
