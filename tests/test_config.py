@@ -105,6 +105,8 @@ def test_n_token_auto_reads_the_vocabulary_size_of_the_data(tmp_path, shared_dat
         ("train", "hang_timeout_s", 0, r"train\.hang_timeout_s must be positive, got 0"),
         ("train", "checkpoint_timeout_s", -1, r"train\.checkpoint_timeout_s must be positive"),
         ("train", "checkpoint_timeout_s", None, r"train\.checkpoint_timeout_s must be float"),
+        ("train", "profile_steps", [5, 3], r"train\.profile_steps must be \[START, END\]"),
+        ("train", "profile_steps", [0, 3], r"train\.profile_steps must be \[START, END\]"),
     ],
 )
 def test_bad_values_name_the_key(section, key, value, message):

@@ -115,7 +115,7 @@ class TrainConfig:
     max_nonfinite_steps: int = 10
     """Abort after this many consecutive steps with a non-finite loss."""
     peak_tflops: float | None = None
-    """Peak dense TFLOP/s of one device for MFU; null means known GPUs' bf16 peak."""
+    """Peak dense TFLOP/s of one device for MFU; null: a known GPU's peak in the run's precision."""
     activation_checkpointing: bool = False
     """Recompute each layer's activations in backward to save memory."""
     compile: bool = False
@@ -130,8 +130,15 @@ class TrainConfig:
     """The same for a checkpoint save or load, the start-up and the first (compiling) steps."""
     max_micro_rows: int | None = None
     """Most rows one device runs at once; micro batch and accumulation are derived from it."""
+    profile_steps: list[int] | None = None
+    """[START, END]: steps traced by torch's profiler into OUT_DIR/profile/ (null: none)."""
 
     def __post_init__(self) -> None:
+        steps = self.profile_steps
+        if steps is not None and (len(steps) != 2 or not 1 <= steps[0] <= steps[1]):
+            raise ValueError(
+                f"train.profile_steps must be [START, END] with 1 <= START <= END, got {steps}"
+            )
         if self.max_micro_rows is not None and self.max_micro_rows < 1:
             raise ValueError(f"train.max_micro_rows must be at least 1, got {self.max_micro_rows}")
         for name in ("global_rows", "max_steps", "keep_last", "max_nonfinite_steps"):

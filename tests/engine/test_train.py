@@ -19,8 +19,10 @@ from txl_dist.engine.dist import World
 from txl_dist.engine.evaluate import EvalResult
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
+from txl_dist.engine.profiling import OutOfDeviceMemoryError
 from txl_dist.engine.train import NonFiniteLossError, RunState, Trainer
 from txl_dist.engine.watchdog import Watchdog
+from txl_dist.model.accounting import rank_memory_bytes
 
 CPU = torch.device("cpu")
 ROWS, TGT_LEN = 2, 3
@@ -30,11 +32,13 @@ class FakeEngine:
     """What the loop uses of a DeepSpeed engine; the loss is the step count, so logs show it."""
 
     def __init__(self, events: list[str], watchdog: Watchdog):
-        self.events, self.steps, self.nan_from = events, 0, None
+        self.events, self.steps, self.nan_from, self.oom_at = events, 0, None, None
         self.watchdog, self.phases = watchdog, []  # the watchdog's phase at each step
 
     def __call__(self, input_ids, targets, mems):
         diverged = self.nan_from is not None and self.steps + 1 >= self.nan_from
+        if self.steps + 1 == self.oom_at:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         loss = torch.full(targets.shape, math.nan if diverged else float(self.steps))
         loss.requires_grad_()
         return SimpleNamespace(loss=loss, mems=[input_ids.float().unsqueeze(-1)])
@@ -223,3 +227,19 @@ def test_steps_evaluations_and_saves_run_as_phases_with_their_timeouts(tmp_path)
         ("evaluation", 3, 60, "train.hang_timeout_s"),
     ]
     assert trainer.watchdog.current is None  # nothing left armed after the run
+
+
+def test_out_of_memory_in_a_step_ends_the_run_naming_txl_inspects_estimate(tmp_path):
+    trainer = make_trainer(tmp_path, [], max_steps=6)
+    trainer.engine.oom_at = 3
+    estimate = rank_memory_bytes(trainer.config.model, 2, 1, ROWS) / 2**30  # tiny: ZeRO-2 bf16
+    with pytest.raises(OutOfDeviceMemoryError, match=f"estimates {estimate:.2f} GiB a rank"):
+        trainer.run()
+
+
+def test_updates_deepspeed_skipped_for_overflow_are_logged_as_skipped_steps(tmp_path):
+    trainer = make_trainer(tmp_path, [], max_steps=4)
+    trainer.engine.skipped_steps = 3  # fp16 overflows: finite losses, updates skipped
+    trainer.run()
+    rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["skipped_steps"] for r in rows if "split" not in r] == [3, 3]

@@ -102,8 +102,17 @@ def repeated(rows: list[dict]) -> list[dict]:
 @pytest.fixture(scope="session")
 def uninterrupted(small_corpus, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("uninterrupted")
-    train(out, small_corpus, overrides=[*HARD_RESUME, "logging.wandb.mode=offline"])
+    settings = [*HARD_RESUME, "logging.wandb.mode=offline", "train.profile_steps=[2,3]"]
+    train(out, small_corpus, overrides=settings)
     return out
+
+
+def test_profile_steps_write_a_trace_per_rank(uninterrupted):
+    traces = sorted((uninterrupted / "profile").iterdir())
+    assert [t.name for t in traces] == ["rank0-steps2-3.json", "rank1-steps2-3.json"]
+    for trace in traces:
+        names = {event.get("name") for event in json.loads(trace.read_text())["traceEvents"]}
+        assert "aten::mm" in names, trace  # the steps' matmuls
 
 
 def test_resume_repeats_losses_lr_and_evaluations_bit_for_bit(

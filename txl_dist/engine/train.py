@@ -31,8 +31,10 @@ from txl_dist.engine.metrics import (
     memory_gib,
     train_line,
 )
+from txl_dist.engine.profiling import SnapshotOnOutOfMemory, StepProfiler
 from txl_dist.engine.signals import StopRequest
 from txl_dist.engine.watchdog import Watchdog
+from txl_dist.model.accounting import rank_memory_bytes
 from txl_dist.scores import score
 
 log = logging.getLogger(__name__)
@@ -93,8 +95,16 @@ class Trainer:
         self.micro, self.accum, self.rows_per_rank = micro, accum, micro * accum
         self.nonfinite, self.skipped_steps = _NonFinite(device), 0
         self.throughput = Throughput.of(
-            config.model, config.train.peak_tflops, device, world.world_size
+            config.model,
+            config.train.peak_tflops,
+            device,
+            world.world_size,
+            micro,
+            self._low_precision(),
         )
+        out_dir = config.train.out_dir
+        self.profiler = StepProfiler(config.train.profile_steps, out_dir, world.rank, device)
+        self.out_of_memory = SnapshotOnOutOfMemory(out_dir, world.rank, self._memory_estimate)
 
     def announce_job(self) -> None:
         """Which scheduler job, run and start this is, for the logs."""
@@ -117,14 +127,17 @@ class Trainer:
         warm_until = self.step + self._warm_up_steps()
         while self.step < train.max_steps:
             with self.watchdog.phase("step", self.step + 1, slow=self.step < warm_until):
+                self.profiler.starting(self.step + 1)
                 started = time.perf_counter()
                 input_ids, targets = next(batches)
                 fetched = time.perf_counter()
-                loss = self.train_step(input_ids, targets)
+                with self.out_of_memory:
+                    loss = self.train_step(input_ids, targets)
                 self.nonfinite.add(loss)
                 tokens = self.rows_per_rank * input_ids.size(1) * self.world.world_size
                 window.add(loss, tokens, fetched - started, time.perf_counter() - started)
                 self.step += 1
+                self.profiler.done(self.step)
                 if self.step % self.config.logging.log_interval == 0:
                     self._log_train(window)
                     window = _Window(self.device)
@@ -199,6 +212,17 @@ class Trainer:
                 "lower optim.lr, raise the warm-up or check the data"
             )
 
+    def _memory_estimate(self) -> float:
+        """txl-inspect's bytes for one rank of this run."""
+        model, world_size = self.config.model, self.world.world_size
+        dtype_bytes = 2 if self._low_precision() else 4
+        return rank_memory_bytes(model, self.config.zero_stage, world_size, self.micro, dtype_bytes)
+
+    def _overflow_skips(self) -> int:
+        """Updates DeepSpeed skipped for overflowing gradients (fp16 loss scaling): a step whose
+        loss is finite, so the non-finite count misses it."""
+        return int(getattr(self.engine, "skipped_steps", 0))
+
     def _low_precision(self) -> bool:
         ds = self.config.deepspeed
         return any(ds.get(key, {}).get("enabled", False) for key in ("bf16", "fp16"))
@@ -222,7 +246,7 @@ class Trainer:
             data_wait_s=w.data_wait / w.steps,
             mfu=self.throughput.mfu(tokens_per_s),
             memory_gib=memory_gib(self.device),
-            skipped_steps=self.skipped_steps,
+            skipped_steps=max(self.skipped_steps, self._overflow_skips()),
             epoch=self.streams.epoch,
             requeues=self.requeues,  # wandb shows at which steps the job was requeued
             slurm_job_id=_int_or_none(os.environ.get("SLURM_JOB_ID")),
@@ -269,6 +293,7 @@ class Trainer:
             log.info(message)
 
     def _finish(self) -> None:
+        self.profiler.close()
         with self.watchdog.phase("finish", self.step):
             self.stop.settle()
         self.watchdog.stop()
