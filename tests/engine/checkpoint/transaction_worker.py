@@ -1,8 +1,9 @@
-"""One of the 2 gloo ranks of test_checkpoint_save.py: real DeepSpeed saves (ZeRO-2, bf16), a
+"""One of the 2 gloo ranks of test_transaction.py: real DeepSpeed saves (ZeRO-2, bf16), a
 killed save's leftovers, a write failing on this rank only, and a full disk.
 
-python -c "from tests.engine.checkpoint_save_worker import main; main(ROOT)" RANK
-prints `RESULT {json}`: what this rank's saves raised, and whether the kept checkpoint reloads.
+python -c "from tests.engine.checkpoint.transaction_worker import main; main(ROOT)" RANK
+prints `RESULT {json}`: what this rank's saves raised, whether the kept checkpoint reloads, and
+the phases the after_phase hook heard.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def main(root: str) -> None:
         )
         for name, directory in dirs.items()
     }
+    phases = []  # (phase, step) as the hook heard them, in the plain directory
+    savers["plain"].after_phase = lambda phase, step: phases.append([phase, step])
 
     def save(where: str, step: int) -> str | None:
         """Train a step, then save it; the error's message if the save failed."""
@@ -114,5 +117,6 @@ def main(root: str) -> None:
     out["full"] = save("disk", 2)
     engine.load_checkpoint(str(dirs["disk"]), tag="global_step1")
     out["reloaded"] = torch.equal(engine.module.weight, saved)
+    out["phases"] = phases
     print("RESULT " + json.dumps(out), flush=True)
     dist.destroy_process_group()

@@ -10,7 +10,7 @@ import pytest
 
 from tests import processes
 from tests.conftest import REPO_ROOT, small_disk
-from tests.engine.checkpoint_save_worker import NEEDED, directories
+from tests.engine.checkpoint.transaction_worker import NEEDED, directories
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import CheckpointState
 
@@ -25,7 +25,7 @@ def saves(tmp_path_factory):
     rank saw."""
     root = tmp_path_factory.mktemp("saves")
     dirs = directories(root)
-    script = f"from tests.engine.checkpoint_save_worker import main; main({str(root)!r})"
+    script = f"from tests.engine.checkpoint.transaction_worker import main; main({str(root)!r})"
     with small_disk(root / "disk", DISK):
         outputs = processes.python_ranks(script, 2, timeout=600, cwd=REPO_ROOT)
         yield dirs, [json.loads(out.split("RESULT ")[1]) for out in outputs]
@@ -90,3 +90,12 @@ def test_a_full_disk_ends_the_save_naming_the_directory_and_bytes_needed(saves):
     assert checkpoint.find_resume_point("auto", str(dirs["disk"].parent)).tag == "global_step1"
     assert not list(dirs["disk"].glob(f"*{checkpoint.PARTIAL}"))
     assert results[0]["reloaded"] and results[1]["reloaded"]
+
+
+def test_the_hook_hears_every_phase_every_rank_passed_and_none_after_a_failure(saves):
+    _, results = saves
+    whole = ["prepare", "write", "list", "verify", "publish"]
+    for result in results:
+        steps = [[phase, step] for step in (1, 2) for phase in whole]
+        # Step 3 failed in its write on rank 1: no rank passed it.
+        assert result["phases"] == [*steps, ["prepare", 3]]
