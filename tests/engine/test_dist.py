@@ -6,9 +6,10 @@ gloo keeps a listener for peers even when it has none; it must stay on the loopb
 
 import ast
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests import processes
 from tests.conftest import REPO_ROOT
@@ -46,10 +47,7 @@ def test_one_process_listens_on_no_network_interface():
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1"}  # the reported setting
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"):
         env.pop(name, None)
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300,
-        cwd=REPO_ROOT, env=env,
-    )  # fmt: skip
+    proc = processes.run([sys.executable, "-c", SCRIPT], timeout=300, cwd=REPO_ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     listening = ast.literal_eval(proc.stdout.split("LISTENING ")[1].splitlines()[0])
     assert all(address.split(":")[0] in LOOPBACK for address in listening), listening
@@ -69,6 +67,7 @@ dist.barrier()
 """
 
 
+@pytest.mark.slow  # two ranks
 def test_two_cpu_ranks_leave_no_shared_memory_buffer_behind():
     # DeepSpeed's CPU op creates a 66 MiB /dev/shm buffer per rank and never removes it.
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}

@@ -10,6 +10,8 @@ from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
 
+pytestmark = pytest.mark.slow  # every test runs two ranks
+
 RANK = """
 import json, sys, torch, torch.distributed as dist
 import deepspeed.comm as ds

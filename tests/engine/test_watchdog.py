@@ -87,6 +87,7 @@ def test_the_thread_ends_a_stalled_process_and_only_then(tmp_path):
     assert time.monotonic() - started < 20
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.parametrize("stopped", [1, 0], ids=["a rank", "the store host"])
 def test_a_stopped_rank_is_named_by_the_other_within_the_timeout(tmp_path, stopped):
     worker = [sys.executable, str(REPO_ROOT / "tests" / "engine" / "hang_worker.py")]

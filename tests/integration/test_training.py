@@ -22,8 +22,10 @@ import torch
 
 from tests import processes
 from tests.conftest import REPO_ROOT, small_disk
+from tests.integration.pretrain_pausing import PAUSE_IN_SAVE_ENV
 from tests.integration.runs import (
     PRETRAIN_DUMPING,
+    PRETRAIN_PAUSING,
     STEPS,
     K,
     command,
@@ -343,8 +345,8 @@ def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
     out = tmp_path / "killed"
     checkpoints = out / "checkpoints"
     staging = checkpoints / f"global_step{2 * K}{checkpoint.PARTIAL}"
-    cmd = command(out, small_corpus, 2, HARD_RESUME, None)
-    env = {**os.environ, checkpoint.PAUSE_IN_SAVE_ENV: str(2 * K)}  # ranks stop inside the save
+    cmd = command(out, small_corpus, 2, HARD_RESUME, None, script=PRETRAIN_PAUSING)
+    env = {**os.environ, PAUSE_IN_SAVE_ENV: str(2 * K)}  # ranks stop inside the save
     with (
         open(tmp_path / "killed.log", "w") as log,
         processes.process_group(
