@@ -4,10 +4,10 @@ One rule, applied wherever a config, a URL or a message built from them leaves t
 - every string under a storage section (`storage_options` and the like: fsspec credentials
   hide under many names);
 - the string value of a key whose name is a credential's: one of its words is secret,
-  password or the like, or the whole name is a known one (`key`, `token`, `api_key`,
-  `session_token`, `sig`, ...). Names are matched by whole words, never by prefix, so
-  ordinary settings (`n_token`, `max_tokens`, `tokenizer`, `sort_key`) keep their values,
-  and numbers are never secrets;
+  password or the like, the whole name is a known one (`key`, `token`, `sig`, ...), or it
+  ends in a known name of several words (`aws_session_token`, `wandb_api_key`). Names are
+  matched by whole words, never by prefix, so ordinary settings (`n_token`, `max_tokens`,
+  `tokenizer`, `sort_key`) keep their values, and numbers are never secrets;
 - the user-info of a URL (`http://user:p@ss@host` -> `http://***@host`, up to the host's last
   `@`) and query parameters whose name is a credential's (`?X-Amz-Signature=`, `?sig=`).
 
@@ -26,16 +26,18 @@ SECRET_SECTIONS = frozenset({"storage_options", "out_options", "client_kwargs", 
 SECRET_WORDS = frozenset(
     {"secret", "password", "passwd", "passphrase", "credential", "credentials", "signature"}
 )
-# Whole names (words joined by `_`, lower case) of credentials that hold no such word.
+# Names (words joined by `_`, lower case) of credentials that hold no such word: a name is one
+# of them, or ends in one of several words (`my_api_key`; but `n_token` is not `token`).
 CREDENTIAL_NAMES = frozenset(
     {
-        "key", "token", "auth", "authorization", "sig", "sas", "code", "pw", "pwd",
-        "api_key", "apikey", "api_token", "access_key", "secret_key", "private_key",
-        "account_key", "sas_token", "access_token", "refresh_token", "session_token",
-        "security_token", "auth_token", "bearer_token", "id_token", "hf_token",
-        "wandb_api_key", "x_amz_security_token", "connection_string",
+        "key", "token", "auth", "authorization", "sig", "sas", "code", "pw", "pwd", "apikey",
+        "hf_token", "api_key", "api_token", "access_key", "access_key_id", "secret_key",
+        "private_key", "account_key", "sas_token", "access_token", "refresh_token",
+        "session_token", "security_token", "auth_token", "bearer_token", "id_token",
+        "connection_string",
     }
 )  # fmt: skip
+_COMPOUND_NAMES = tuple(f"_{name}" for name in CREDENTIAL_NAMES if "_" in name)
 _NAME_PARTS = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 # The authority after `://` ends at the first /, ?, # or space; user-info is all of it up to its
 # last @ (a password may hold @ or a quote). One scan per `://`, authorities never overlap.
@@ -47,7 +49,12 @@ _QUERY_PARAMETER = re.compile(r"([?&])([^?&=\s'\"#]*)=([^&\s'\"#]*)")
 def is_secret_name(name: str) -> bool:
     """Whether a key or query parameter named `name` holds a secret."""
     words = [w.lower() for w in _NAME_PARTS.split(name) if w]
-    return "_".join(words) in CREDENTIAL_NAMES or any(w in SECRET_WORDS for w in words)
+    joined = "_".join(words)
+    return (
+        joined in CREDENTIAL_NAMES
+        or joined.endswith(_COMPOUND_NAMES)
+        or any(w in SECRET_WORDS for w in words)
+    )
 
 
 def redact_text(text: str) -> str:

@@ -31,6 +31,10 @@ def test_secret_names_and_plain_names():
         "Authorization",
         "credentials",
         "X-Amz-Signature",
+        "X-Amz-Security-Token",
+        "aws_session_token",
+        "wandb_api_key",
+        "aws_access_key_id",
     ):
         assert is_secret_name(name), name
     for name in ("keep_last", "tgt_len", "path", "endpoint_url", "monkey"):
