@@ -19,7 +19,7 @@ DEEPSPEED_LOGGER = "DeepSpeed"
 
 def configure_logging(is_main: bool | None = None, verbose: bool = False) -> None:
     """Rank 0 (RANK unset or 0 when `is_main` is None) logs from INFO, other ranks from WARNING;
-    DeepSpeed and wandb print only errors unless `verbose`."""
+    unless `verbose`, DeepSpeed logs only errors and wandb draws no banner or run history."""
     if is_main is None:
         is_main = os.environ.get("RANK", "0") == "0"
     stdout = logging.StreamHandler(sys.stdout)
@@ -37,7 +37,7 @@ def configure_logging(is_main: bool | None = None, verbose: bool = False) -> Non
 
 
 def libraries_quiet() -> bool:
-    """Whether DeepSpeed and wandb keep to errors (wandb's runs ask when they start)."""
+    """Whether DeepSpeed and wandb are held back (wandb's runs ask when they start)."""
     return _errors_only in logging.getLogger(DEEPSPEED_LOGGER).filters
 
 
