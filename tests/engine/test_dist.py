@@ -5,6 +5,7 @@ gloo keeps a listener for peers even when it has none; it must stay on the loopb
 """
 
 import ast
+import logging
 import os
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
+from txl_dist.engine.dist import say_if_building_the_kernel
 
 SCRIPT = """
 import os, torch, torch.distributed as dist
@@ -75,3 +77,16 @@ def test_two_cpu_ranks_leave_no_shared_memory_buffer_behind():
     outputs = processes.python_ranks(SHM_RANK, 2, timeout=300, cwd=REPO_ROOT, env=env)
     assert [out.split("LEFT ")[1].strip() for out in outputs] == ["False", "False"]
     assert not list(Path("/dev/shm").glob(f"deepspeed_*_{env['MASTER_PORT']}_*"))
+
+
+def test_a_first_run_says_before_the_kernel_build_and_later_runs_do_not(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # an empty cache: a first run
+    with caplog.at_level(logging.INFO, logger="txl_dist.engine.dist"):
+        say_if_building_the_kernel()
+        assert "building DeepSpeed's CPU shared-memory kernel" in caplog.text
+        caplog.clear()
+        monkeypatch.setenv("TORCH_EXTENSIONS_DIR", sys.prefix + "/torch_extensions")
+        say_if_building_the_kernel()  # this environment's cache: built by the runs above
+    assert caplog.text == ""

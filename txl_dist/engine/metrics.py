@@ -21,6 +21,7 @@ import torch
 
 from data_pipeline.redact import redact, redact_text
 from txl_dist.config import WandbConfig
+from txl_dist.logs import libraries_quiet
 from txl_dist.model.accounting import train_flops_per_token
 from txl_dist.model.config import TXLConfig
 from txl_dist.scores import format_score
@@ -155,6 +156,7 @@ class Metrics:
         self.path = os.path.join(out_dir, "metrics.jsonl")
         self.run = run  # written into every metrics.jsonl row
         self.wandb = None
+        self.evaluations: dict[str, dict[str, Any]] = {}  # the latest record of each split
 
     def start_wandb(self, cfg: WandbConfig, out_dir: str, config: dict, run_id: str) -> None:
         """Start (or resume, with the same id) the wandb run."""
@@ -175,8 +177,13 @@ class Metrics:
                     id=run_id,
                     resume="allow",
                     # No command line, code or git state: --set arguments may carry credentials.
+                    # Quiet: no banner, no run history drawn at the end (txl_dist.logs).
                     settings=wandb.Settings(
-                        x_disable_meta=True, save_code=False, disable_code=True, disable_git=True
+                        x_disable_meta=True,
+                        save_code=False,
+                        disable_code=True,
+                        disable_git=True,
+                        quiet=libraries_quiet(),
                     ),
                 )
         except Exception as err:  # noqa: BLE001 - any wandb failure must leave training running
@@ -197,6 +204,8 @@ class Metrics:
         if not self.enabled:
             return
         record = {k: v for k, v in record.items() if v is not None}
+        if "split" in record:
+            self.evaluations[record["split"]] = record
         with open(self.path, "a") as f:
             f.write(json.dumps({**record, **self.run, "time": time.time()}) + "\n")
         if line:
