@@ -272,7 +272,7 @@ class Job:
             self.build_vocab()
             return None
         self.save_vocab(voc)
-        manifests = {s: self.reusable(s, voc) or self.write_manifest(s, voc) for s in self.files}
+        manifests = {s: self.reused(s, voc) or self.write_manifest(s, voc) for s in self.files}
         self.records.remove()
         return manifests
 
@@ -429,7 +429,14 @@ class Job:
             path = f"{self.out_path}/{split}/{shard.url}"
             if not self.fs.exists(path) or self.fs.size(path) != shard.bytes:
                 return None
-        log.info("%s: reusing %d prepared shards", redact_text(url), len(manifest.shards))
+        return manifest
+
+    def reused(self, split: str, voc: Vocab) -> Manifest | None:
+        """reusable(), said once: the other callers only ask, merge() takes the manifest."""
+        manifest = self.reusable(split, voc)
+        if manifest is not None:
+            url = redact_text(manifest_url(self.out, split))
+            log.info("%s: reusing %d prepared shards", url, len(manifest.shards))
         return manifest
 
     def remove_manifest(self, split: str) -> None:
