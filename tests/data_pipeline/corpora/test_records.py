@@ -22,6 +22,7 @@ from data_pipeline.corpora.subword import Subword
 from data_pipeline.errors import CorpusFormatError
 from data_pipeline.prepare import Job, Settings, prepare
 from data_pipeline.shards import load_manifest, manifest_url, verify
+from txl_dist.config import resolve_vocab_size
 
 # Small units and pieces, so that even these files span several of each.
 LAYOUT = {"sample_size": 5_000, "shard_size": 50_000, "progress": False}
@@ -63,7 +64,7 @@ def assert_split_is_the_library_encoding(root: Path, split: str, documents: list
     assert tokens.tolist() == [i for ids in expected for i in ids]
     manifest = load_manifest(manifest_url(str(root), split))
     assert manifest.documents == len(documents)
-    assert manifest.vocab_size == library.get_vocab_size()  # what model.n_token "auto" reads
+    assert manifest.vocab_size == library.get_vocab_size()
     assert library.decode(tokens.tolist(), skip_special_tokens=False) == "".join(documents)
 
 
@@ -91,7 +92,10 @@ def test_jsonl_shards_hold_the_tokenizers_encoding_of_each_record(jsonl_source, 
     )
     assert list(manifests) == ["train", "valid"]
     assert len(manifests["train"].shards) > 3  # several units and pieces
-    assert Subword.load(str(out / "tokenizer.json")).sha256 == manifests["train"].vocab_sha256
+    tokenizer = Subword.load(str(out / "tokenizer.json"))
+    assert tokenizer.sha256 == manifests["train"].vocab_sha256
+    auto = resolve_vocab_size({"model": {"n_token": "auto"}, "data": {"path": str(out)}})
+    assert auto["model"]["n_token"] == len(tokenizer) == 800
     for split, docs in documents.items():
         assert_split_is_the_library_encoding(out, split, docs)
     assert all(line.endswith("OK") for line in verify(str(out)))
