@@ -50,9 +50,11 @@ class RecordFileNames(TextFiles):
 
 @dataclass(frozen=True)
 class Texts:
-    """Each record's text field one document, tokenized by the job's subword tokenizer."""
+    """Each record's text field one document, tokenized by the job's subword tokenizer. The
+    records are read by ``RecordDocuments`` (never as a byte range of text), which hands their
+    values to ``texts``."""
 
-    level: ClassVar[str] = "word"
+    level: ClassVar[str] = "word"  # losses read as perplexity per (subword) token
     text_field: str = "text"
     """The record field holding a document's text."""
     skip_bad_records: bool = False
