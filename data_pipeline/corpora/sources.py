@@ -195,13 +195,27 @@ def _extract_checked(archive: Path, out: Path, layout: SplitLayout, limits: Arch
                 zf.extractall(out, [files[n] for n in wanted])
         else:
             with tarfile.open(archive) as tf:
-                members = tf.getmembers()
+                members = _tar_members(tf, archive, limits)
                 files = {m.name: m for m in members if m.isfile()}
                 names = [m.name for m in members]
                 wanted = _split_members(archive, layout, names, files, limits)
                 tf.extractall(out, [files[n] for n in wanted], filter="data")
     except (tarfile.TarError, zipfile.BadZipFile, EOFError) as err:
         raise CorpusFormatError(f"{archive}: cannot extract: {err}") from err
+
+
+def _tar_members(tf: tarfile.TarFile, archive: Path, limits: ArchiveLimits) -> list:
+    """The tar's members, counted as they are read: a few hundred KB of compressed empty
+    headers would otherwise all be parsed (and held) before the count is checked."""
+    members = []
+    for member in tf:
+        members.append(member)
+        if len(members) > limits.max_members:
+            raise CorpusFormatError(
+                f"{archive}: more than {limits.max_members} members, over the limit "
+                "(TXL_ARCHIVE_MAX_MEMBERS raises it for a trusted archive)"
+            )
+    return members
 
 
 def _split_members(
