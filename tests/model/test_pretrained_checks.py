@@ -6,6 +6,8 @@ import time
 import pytest
 import torch
 
+from data_pipeline.errors import DataError
+from data_pipeline.vocab import Vocab
 from txl_dist.model import TransformerXL, TXLConfig
 
 
@@ -29,6 +31,17 @@ def test_a_vocabulary_of_another_size_is_refused(tmp_path):
         TransformerXL.from_pretrained(tmp_path)
     (tmp_path / "vocab.txt").write_text("\n".join(lines[:100]) + "\n")
     assert TransformerXL.from_pretrained(tmp_path).config.n_token == 100
+
+
+def test_tokens_holding_a_separator_or_a_no_break_space_count_as_vocab_load_reads_them(tmp_path):
+    small_model().save_pretrained(tmp_path)
+    tokens = ["a\x1cb", "\xa0", *(f"w{i}" for i in range(98))]  # str.splitlines/split cut these
+    Vocab(tokens, [1] * 100).save(str(tmp_path / "vocab.txt"))
+    assert TransformerXL.from_pretrained(tmp_path).config.n_token == 100
+    assert Vocab.load(str(tmp_path / "vocab.txt")).tokens == tokens
+    (tmp_path / "vocab.txt").write_text("a\t1\nb\tmany\n")
+    with pytest.raises(DataError, match="entry 'b' has count 'many', not a number"):
+        Vocab.load(str(tmp_path / "vocab.txt"))
 
 
 @pytest.mark.parametrize("n_layer", [500, 50_000])

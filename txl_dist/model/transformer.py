@@ -369,8 +369,10 @@ def _check_vocab_size(directory, config: TXLConfig) -> None:
     path = os.path.join(directory, VOCAB_FILE)
     if not os.path.exists(path):
         return
-    with open(path, "rb") as f:
-        entries = sum(1 for line in f if line.strip())
+    from data_pipeline.vocab import vocab_entries  # the lines Vocab.load reads, counted alike
+
+    with open(path, encoding="utf-8", errors="replace") as f:
+        entries = len(vocab_entries(f.read()))
     if entries != config.n_token:
         raise ValueError(
             f"{path} has {entries} entries but config.json has n_token {config.n_token}: the "
