@@ -44,6 +44,14 @@ def test_tokens_holding_a_separator_or_a_no_break_space_count_as_vocab_load_read
         Vocab.load(str(tmp_path / "vocab.txt"))
 
 
+def test_an_existing_file_is_not_replaced_by_an_export(tmp_path):
+    out = tmp_path / "notes.txt"
+    out.write_text("precious")
+    with pytest.raises(FileExistsError, match="notes.txt exists and is a file; choose"):
+        small_model().save_pretrained(out)
+    assert out.read_text() == "precious"
+
+
 @pytest.mark.parametrize("n_layer", [500, 50_000])
 def test_an_edited_layer_count_fails_in_under_a_second(tmp_path, n_layer):
     small_model().save_pretrained(tmp_path)

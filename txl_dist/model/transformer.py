@@ -341,6 +341,8 @@ def staged_directory(directory: str | os.PathLike):
     never delete a directory of someone else's files.
     """
     directory = os.path.abspath(directory)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise FileExistsError(f"{directory} exists and is a file; choose an empty or new directory")
     is_export = os.path.exists(os.path.join(directory, CONFIG_FILE))
     if os.path.isdir(directory) and os.listdir(directory) and not is_export:
         raise FileExistsError(
