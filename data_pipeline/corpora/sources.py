@@ -16,6 +16,7 @@ import posixpath
 import re
 import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,6 +184,18 @@ def extract(
     )
 
 
+# What a damaged or unusual archive raises: zipfile's NotImplementedError for a compression
+# method it lacks, RuntimeError for an encrypted member, zlib.error for corrupt deflate data.
+ARCHIVE_ERRORS = (
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    EOFError,
+    NotImplementedError,
+    RuntimeError,
+    zlib.error,
+)
+
+
 def _extract_checked(archive: Path, out: Path, layout: SplitLayout, limits: ArchiveLimits) -> None:
     """Extract the split files (regular files only) after checking names, count and size."""
     try:
@@ -200,8 +213,10 @@ def _extract_checked(archive: Path, out: Path, layout: SplitLayout, limits: Arch
                 names = [m.name for m in members]
                 wanted = _split_members(archive, layout, names, files, limits)
                 tf.extractall(out, [files[n] for n in wanted], filter="data")
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError) as err:
+    except ARCHIVE_ERRORS as err:
         raise CorpusFormatError(f"{archive}: cannot extract: {err}") from err
+    except OSError as err:  # a name too long for this file system, among others
+        raise CorpusFormatError(f"{archive}: cannot extract: {err.strerror or err}") from err
 
 
 def _tar_members(tf: tarfile.TarFile, archive: Path, limits: ArchiveLimits) -> list:

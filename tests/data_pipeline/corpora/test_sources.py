@@ -91,6 +91,49 @@ def test_a_tar_of_many_headers_is_refused_while_it_is_read(tmp_path):
         extract(archive, tmp_path / "cache", WIKITEXT_103, limits)
 
 
+def damaged_zip(case: str) -> bytes:
+    """A zip whose one split file has compression method 99, is encrypted, or holds bad data."""
+    members = io.BytesIO()
+    method = zipfile.ZIP_DEFLATED if case == "corrupt" else zipfile.ZIP_STORED
+    with zipfile.ZipFile(members, "w", method) as zf:
+        zf.writestr("wiki.valid.tokens", b"real text " * 100)
+    data = bytearray(members.getvalue())
+    local, central = data.index(b"PK\x03\x04"), data.index(b"PK\x01\x02")
+    if case == "method 99":
+        data[local + 8], data[central + 10] = 99, 99
+    elif case == "encrypted":  # bit 0 of the flags
+        data[local + 6] |= 1
+        data[central + 8] |= 1
+    else:  # the first deflate block's bytes, after the local header and the name
+        start = local + 30 + len("wiki.valid.tokens")
+        data[start : start + 4] = b"\xff" * 4
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    "case, reason",
+    [
+        ("method 99", "compression method is not supported"),
+        ("encrypted", "is encrypted"),
+        ("corrupt", "while decompressing data"),
+        ("300-character name", "File name too long"),
+    ],
+)
+def test_a_damaged_or_unusual_archive_is_a_one_line_error(tmp_path, case, reason):
+    if case == "300-character name":
+        archive = tmp_path / "long.tar"
+        with tarfile.open(archive, "w", format=tarfile.GNU_FORMAT) as tf:
+            member = tarfile.TarInfo("d" * 300 + "/wiki.valid.tokens")
+            member.size = 3
+            tf.addfile(member, io.BytesIO(b"abc"))
+    else:
+        archive = tmp_path / "damaged.zip"
+        archive.write_bytes(damaged_zip(case))
+    with pytest.raises(CorpusFormatError, match=f"cannot extract: .*{reason}") as err:
+        extract(archive, tmp_path / "cache", WIKITEXT_103)
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("kind", ["zip", "tar"])
 def test_a_member_outside_the_archive_is_a_one_line_error(tmp_path, kind):
     if kind == "zip":
