@@ -52,6 +52,21 @@ def test_an_existing_file_is_not_replaced_by_an_export(tmp_path):
     assert out.read_text() == "precious"
 
 
+def test_a_safetensors_header_with_overlapping_offsets_is_one_line(tmp_path):
+    small_model().save_pretrained(tmp_path)
+    path = tmp_path / "model.safetensors"
+    data = path.read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    first, second = (k for k in header if k.startswith("layers.") and k.endswith(".o_net.weight"))
+    header[second]["data_offsets"] = header[first]["data_offsets"]  # the same bytes twice
+    edited = json.dumps(header).encode().ljust(size)
+    path.write_bytes(data[:8] + edited + data[8 + size :])
+    with pytest.raises(ValueError, match="is not a valid safetensors file") as err:
+        TransformerXL.from_pretrained(tmp_path)
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("n_layer", [500, 50_000])
 def test_an_edited_layer_count_fails_in_under_a_second(tmp_path, n_layer):
     small_model().save_pretrained(tmp_path)

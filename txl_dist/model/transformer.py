@@ -400,10 +400,13 @@ def _weights_path(directory) -> str:
 
 def _check_header_layers(path: str, config: TXLConfig) -> None:
     """The header's layer count must be config.json's, before a model of n_layer is built."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(path, framework="pt") as f:
-        names = f.keys()
+    try:
+        with safe_open(path, framework="pt") as f:
+            names = f.keys()
+    except SafetensorError as err:  # a header that does not hold (overlapping offsets, ...)
+        raise ValueError(f"{path} is not a valid safetensors file ({err}); re-export") from None
     layers = {int(name.split(".")[1]) for name in names if name.startswith("layers.")}
     if len(layers) != config.n_layer:
         raise ValueError(
