@@ -60,7 +60,8 @@ def test_a_safetensors_header_with_overlapping_offsets_is_one_line(tmp_path):
     header = json.loads(data[8 : 8 + size])
     first, second = (k for k in header if k.startswith("layers.") and k.endswith(".o_net.weight"))
     header[second]["data_offsets"] = header[first]["data_offsets"]  # the same bytes twice
-    edited = json.dumps(header).encode().ljust(size)
+    edited = json.dumps(header, separators=(",", ":")).encode().ljust(size)
+    assert len(edited) == size
     path.write_bytes(data[:8] + edited + data[8 + size :])
     with pytest.raises(ValueError, match="is not a valid safetensors file") as err:
         TransformerXL.from_pretrained(tmp_path)
