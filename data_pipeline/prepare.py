@@ -50,7 +50,7 @@ from data_pipeline.corpora.charlevel import DEFAULT_TEST_CHARS
 from data_pipeline.corpora.datasets import Dataset
 from data_pipeline.corpora.records import Texts
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword, bpe_size
-from data_pipeline.errors import CorpusFormatError, DataError, ManifestError
+from data_pipeline.errors import CorpusFormatError, DataError, ManifestError, reading
 from data_pipeline.pieces import count_piece, encode_piece, run_pieces
 from data_pipeline.redact import redact_text
 from data_pipeline.shards import (
@@ -118,10 +118,11 @@ def prepare(
     return Job.open(settings).run()
 
 
-def file_identity(url: str, storage_options: dict) -> list:
+def file_identity(url: str, storage_options: dict, what: str = "file") -> list:
     """What identifies a file's version cheaply: URL, size and modification stamp."""
-    fs, path = fsspec.core.url_to_fs(url, **storage_options)
-    info = fs.info(path)
+    with reading(what, url):
+        fs, path = fsspec.core.url_to_fs(url, **storage_options)
+        info = fs.info(path)
     stamp = next((str(info[k]) for k in ("mtime", "ETag", "LastModified") if k in info), "")
     return [url, info.get("size"), stamp]
 
@@ -241,7 +242,8 @@ class Job:
         self.records = Records(self.fs, self.out_path)
         self.voc: Vocab | Subword | None = None  # once found or built
         self.saved_vocab: str | None = None  # sha256 of the vocab.txt this job wrote or read
-        identity = file_identity(self.vocab_file, self.source_options) if self.vocab_file else None
+        vocab = self.vocab_file
+        identity = file_identity(vocab, self.source_options, "vocabulary") if vocab else None
         inputs = {"min_count": self.min_count, "vocab": identity, "unit_bytes": settings.unit_bytes}
         if settings.tokenizer:
             inputs["tokenizer"] = self.bpe or file_identity(settings.tokenizer, self.source_options)

@@ -157,13 +157,16 @@ class Manifest:
             manifest = cls(**raw)
             check_manifest(manifest, url)
             return manifest
-        except (ValueError, TypeError, KeyError) as err:
+        except (ValueError, TypeError, KeyError, OverflowError) as err:  # 2**64: OverflowError
             raise ManifestError(f"{url} is not a valid manifest: {err}") from err
 
 
 LEVELS = ("char", "word")
 # A shard is a file beside its manifest: no scheme, no directory, no way up.
-PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # the whole name: fullmatch
+# Counts and offsets above this (256 TiB) are refused: their sums and products by TOKEN_BYTES
+# stay far inside int64, where numpy would wrap silently.
+MAX_COUNT = 1 << 48
 
 
 def check_manifest(manifest: Manifest, url: str) -> None:
@@ -190,7 +193,7 @@ def check_manifest(manifest: Manifest, url: str) -> None:
 
 
 def _check_shard(shard: ShardInfo, where: str) -> None:
-    if not isinstance(shard.url, str) or not PLAIN_NAME.match(shard.url):
+    if not isinstance(shard.url, str) or not PLAIN_NAME.fullmatch(shard.url):
         raise ManifestError(
             f"{where}: url {str(shard.url)[:80]!r} is not a plain file name beside the manifest"
         )
@@ -211,6 +214,8 @@ def _check_shard(shard: ShardInfo, where: str) -> None:
     counts = np.concatenate([[shard.bytes, shard.tokens, shard.documents], tokens, docs, crcs])
     if len(counts) and counts.min() < 0:
         raise ManifestError(f"{where}: negative count")
+    if max(counts.max(initial=0), starts.max(initial=0), lengths_at.max(initial=0)) > MAX_COUNT:
+        raise ManifestError(f"{where}: a count or offset over {MAX_COUNT}, more than any shard")
     ends = starts + TOKEN_BYTES * tokens
     # Each sample: its lengths, then its tokens, inside the file, after the previous sample.
     ok = (lengths_at >= 0) & (lengths_at + TOKEN_BYTES * docs <= starts) & (ends <= shard.bytes)

@@ -7,7 +7,9 @@ the vocabulary encode as its unknown token (``<unk>`` for WikiText/text, ``<UNK>
 
 File format (``vocab.txt``): one ``token<TAB>count`` line per id, in id order. Loading also
 accepts ``token count`` lines and bare ``token`` lines, such as the official lm1b
-``1b_word_vocab.txt``. ``sha256`` identifies the token list (not the counts), so a vocabulary
+``1b_word_vocab.txt``. Lines end at newlines alone and fields part at ASCII whitespace alone
+(``vocab_entries``), as the corpus's words do: a token may hold a no-break space.
+``sha256`` identifies the token list (not the counts), so a vocabulary
 reloaded from another file with the same tokens in the same order has the same hash.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 
 import fsspec
@@ -28,6 +31,17 @@ EOS = "<eos>"
 SENTENCE = "<S>"
 UNK_WIKI = "<unk>"
 UNK_LM1B = "<UNK>"
+ASCII_SPACE = " \t\r\v\f"  # with \n, what bytes.split() parts words at
+
+
+def vocab_entries(text: str) -> list[list[str]]:
+    r"""The ``[token, count...]`` fields of each non-blank line of a vocab.txt.
+
+    Lines end at ``\n`` and fields part at ASCII whitespace, as bytes.split() parts the corpus's
+    words; str.splitlines() and str.split() would also cut at ``\x1c`` or a no-break space.
+    """
+    lines = (line.strip(ASCII_SPACE) for line in text.split("\n"))
+    return [re.split(f"[{ASCII_SPACE}]+", line) for line in lines if line]
 
 
 class Vocab:
@@ -110,8 +124,10 @@ class Vocab:
             reading("vocabulary file", url),
             fsspec.open(url, "rt", encoding="utf-8", **(storage_options or {})) as f,
         ):
-            lines = f.read().splitlines()
-        fields = [line.split() for line in lines if line.strip()]
+            fields = vocab_entries(f.read())
+        bad = next((f for f in fields if len(f) > 1 and not f[1].isdigit()), None)
+        if bad:
+            raise VocabMismatchError(f"{url}: entry {bad[0]!r} has count {bad[1]!r}, not a number")
         return cls([f[0] for f in fields], [int(f[1]) if len(f) > 1 else 0 for f in fields])
 
     @classmethod

@@ -56,6 +56,19 @@ def test_a_killed_rank_ends_its_guard_alike_and_leaves_a_note_for_the_next_start
     assert not list(tmp_path.glob("errors/exit-rank*.json"))  # told once
 
 
+def test_an_exit_note_is_never_written_through_a_planted_link(tmp_path, monkeypatch):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / "errors").mkdir()
+    os.symlink(victim, tmp_path / "errors" / "exit-rank1.json.tmp")
+    note = tmp_path / "note"
+    note.write_text(str(tmp_path))  # what the rank tells its guard: its run directory
+    monkeypatch.setenv("RANK", "1")
+    restarts._write_exit_note(str(note), -9)
+    assert victim.read_text() == "precious"
+    assert json.loads((tmp_path / "errors" / "exit-rank1.json").read_text())["returncode"] == -9
+
+
 @pytest.mark.parametrize("env", [{}, {"TXL_MAX_RESTARTS": "0"}])
 def test_without_restarts_the_rank_runs_unguarded(tmp_path, env):
     proc = run_rank(tmp_path, "SIGTERM", **env)
@@ -67,5 +80,6 @@ def test_without_restarts_the_rank_runs_unguarded(tmp_path, env):
 
 def test_how_a_rank_ended_names_signals_hangs_and_exit_codes():
     assert restarts.how_it_ended(-9) == "was killed by SIGKILL"
+    assert restarts.how_it_ended(-999) == "was killed by signal 999"  # a planted note's
     assert restarts.how_it_ended(75) == "found the run hung (exit 75)"  # its watchdog's exit
     assert restarts.how_it_ended(1) == "exited with code 1"

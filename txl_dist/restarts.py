@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from txl_dist.files import open_new
+
 HANG_EXIT_CODE = 75  # a rank's watchdog found the run hung (EX_TEMPFAIL: a restart may well work)
 GUARD_NOTE_ENV = "TXL_GUARD_NOTE"  # set in a guarded rank: where to write its run directory
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # the ranks' stop signals
@@ -130,14 +132,16 @@ def _write_exit_note(note: str, returncode: int) -> None:
     )
     path = os.path.join(out_dir, "errors", f"exit-rank{record['rank']}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
+    with open_new(path + ".tmp") as f:
         json.dump(record, f)
     os.replace(path + ".tmp", path)  # rank 0 of the next start never reads half a note
 
 
 def how_it_ended(returncode: int) -> str:
     if returncode < 0:
-        return f"was killed by {signal.Signals(-returncode).name}"
+        with contextlib.suppress(ValueError):  # a note from elsewhere may name no signal
+            return f"was killed by {signal.Signals(-returncode).name}"
+        return f"was killed by signal {-returncode}"
     if returncode == HANG_EXIT_CODE:  # its hang line, in the log above, names the silent ranks
         return f"found the run hung (exit {returncode})"
     return f"exited with code {returncode}"

@@ -16,6 +16,7 @@ import posixpath
 import re
 import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,6 +185,18 @@ def extract(
     )
 
 
+# What a damaged or unusual archive raises: zipfile's NotImplementedError for a compression
+# method it lacks, RuntimeError for an encrypted member, zlib.error for corrupt deflate data.
+ARCHIVE_ERRORS = (
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    EOFError,
+    NotImplementedError,
+    RuntimeError,
+    zlib.error,
+)
+
+
 def _extract_checked(archive: Path, out: Path, layout: SplitLayout, limits: ArchiveLimits) -> None:
     """Extract the split files (regular files only) after checking names, count and size."""
     try:
@@ -196,13 +209,29 @@ def _extract_checked(archive: Path, out: Path, layout: SplitLayout, limits: Arch
                 zf.extractall(out, [files[n] for n in wanted])
         else:
             with tarfile.open(archive) as tf:
-                members = tf.getmembers()
+                members = _tar_members(tf, archive, limits)
                 files = {m.name: m for m in members if m.isfile()}
                 names = [m.name for m in members]
                 wanted = _split_members(archive, layout, names, files, limits)
                 tf.extractall(out, [files[n] for n in wanted], filter="data")
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError) as err:
+    except ARCHIVE_ERRORS as err:
         raise CorpusFormatError(f"{archive}: cannot extract: {err}") from err
+    except OSError as err:  # a name too long for this file system, among others
+        raise CorpusFormatError(f"{archive}: cannot extract: {err.strerror or err}") from err
+
+
+def _tar_members(tf: tarfile.TarFile, archive: Path, limits: ArchiveLimits) -> list:
+    """The tar's members, counted as they are read: a few hundred KB of compressed empty
+    headers would otherwise all be parsed (and held) before the count is checked."""
+    members = []
+    for member in tf:
+        members.append(member)
+        if len(members) > limits.max_members:
+            raise CorpusFormatError(
+                f"{archive}: more than {limits.max_members} members, over the limit "
+                "(TXL_ARCHIVE_MAX_MEMBERS raises it for a trusted archive)"
+            )
+    return members
 
 
 def _split_members(

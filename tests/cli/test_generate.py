@@ -97,6 +97,17 @@ def test_missing_vocabulary_is_a_clear_error(model_dir, capsys):
     assert "no vocab.txt" in capsys.readouterr().err
 
 
+def test_tokens_with_terminal_escapes_are_printed_escaped(tmp_path, capsys):
+    small_model().save_pretrained(tmp_path)
+    # Retitle the terminal, clear it, ring its bell; a right-to-left override reorders text.
+    tokens = ["<eos>", *(f"\x1b]0;owned\x07\x1b[2J\u202e{i}" for i in range(99))]
+    Vocab(tokens).save(str(tmp_path / "vocab.txt"))
+    assert main(["--model", str(tmp_path), "--prompt", "", "--max-tokens", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "\\x1b]0;owned\\x07\\x1b[2J\\u202e" in out
+    assert not any(c in out for c in "\x1b\x07\u202e")
+
+
 # ---- character-level models ----
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from tests import processes
 from tests.conftest import REPO_ROOT
-from txl_dist.cli.pretrain import _write_stop_file
+from txl_dist.cli.pretrain import _keep_traceback, _write_stop_file
+from txl_dist.engine.dist import World
 
 
 def test_stop_file_is_private_and_names_the_job(tmp_path, monkeypatch):
@@ -34,6 +35,16 @@ def test_a_planted_link_or_file_is_never_written_through(tmp_path):
     with pytest.raises(FileExistsError):
         _write_stop_file(str(victim), 7, "signal", "ck")
     assert victim.read_text() == "precious"
+
+
+def test_a_traceback_is_never_written_through_a_planted_link(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / "errors").mkdir()
+    os.symlink(victim, tmp_path / "errors" / "rank2.txt")
+    assert _keep_traceback("Traceback ...", str(tmp_path), World(2, 4, 0)).startswith("traceback:")
+    assert victim.read_text() == "precious"
+    assert (tmp_path / "errors" / "rank2.txt").read_text() == "Traceback ..."
 
 
 # After launch/pretrain.py's preamble (run_name other than __main__: no training), fault in a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 
@@ -49,6 +50,17 @@ def test_writes_a_png_of_the_run(tmp_path, capsys):
     assert png.startswith(PNG_MAGIC) and len(png) > 20_000  # four drawn panels, not a blank
     assert main([str(tmp_path), "--out", str(tmp_path / "other.png")]) == 0
     assert (tmp_path / "other.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_report_png_planted_as_a_link_is_replaced_not_written_through(tmp_path):
+    pytest.importorskip("matplotlib")
+    write_metrics(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    os.symlink(victim, tmp_path / "report.png")
+    assert main([str(tmp_path)]) == 0
+    assert victim.read_text() == "precious"
+    assert (tmp_path / "report.png").read_bytes().startswith(PNG_MAGIC)
 
 
 def test_a_char_level_run_plots_bits_per_character(tmp_path):

@@ -151,3 +151,15 @@ def test_a_source_without_text_is_refused(tmp_path, capsys, case):
         "point --source at the corpus's UTF-8 text files"
     )
     assert not list(out.glob("*/manifest.json"))  # no empty split to train on
+
+
+def test_an_unreadable_vocabulary_url_is_one_line_without_its_credentials(
+    refused_url, tmp_path, capsys
+):
+    (tmp_path / "train.txt").write_text("a b c\n")
+    vocab = refused_url.replace("http://", "http://alice:PW-SECRET@") + "/v.txt?token=T-SECRET"
+    argv = ["--dataset", "text", "--source", str(tmp_path / "train.txt"), "--vocab", vocab]
+    assert main([*argv, "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("txl-prepare: error: vocabulary http://") and err.count("\n") == 1
+    assert "SECRET" not in err, err

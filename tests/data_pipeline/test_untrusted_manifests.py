@@ -32,7 +32,9 @@ def one_line_error(err) -> str:
     return message
 
 
-@pytest.mark.parametrize("url", ["/dev/zero", "../train/train-000000.tar", "http://x/a.tar", ""])
+@pytest.mark.parametrize(
+    "url", ["/dev/zero", "../train/train-000000.tar", "http://x/a.tar", "", "valid-000000.tar\n"]
+)
 def test_shard_names_must_stay_beside_the_manifest(wt103_copy, url):
     edit_manifest(wt103_copy, lambda m: m["shards"][0].update(url=url))
     with pytest.raises(ManifestError) as err:
@@ -49,8 +51,10 @@ def test_shard_names_must_stay_beside_the_manifest(wt103_copy, url):
         (lambda s: s["sample_crc32"].pop(), "per-sample lists differ in length"),
         (lambda s: s["sample_offsets"].__setitem__(1, s["bytes"]), "sample 1: offsets"),
         (lambda s: s.update(tokens=s["tokens"] + 1), "samples hold"),
+        (lambda s: s["sample_crc32"].__setitem__(0, 2**64), "not a valid manifest.*too large"),
+        (lambda s: s["sample_tokens"].__setitem__(0, 2**62), "a count or offset over"),
     ],
-    ids=["negative", "lengths", "offset-outside", "shard-sum"],
+    ids=["negative", "lengths", "offset-outside", "shard-sum", "2**64", "2**62"],
 )
 def test_counts_and_offsets_must_add_up(wt103_copy, change, message):
     edit_manifest(wt103_copy, lambda m: change(m["shards"][0]))

@@ -1,5 +1,5 @@
-"""Process groups: a single process listens on no network interface (no unauthenticated
-TCPStore), and CPU ranks leave no shared memory behind.
+"""Process groups: a single process, or ranks all on one machine, listen on no network interface
+(no unauthenticated TCPStore), and CPU ranks leave no shared memory behind.
 
 gloo keeps a listener for peers even when it has none; it must stay on the loopback device.
 """
@@ -17,13 +17,7 @@ from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
 from txl_dist.engine.dist import say_if_building_the_kernel
 
-SCRIPT = """
-import os, torch, torch.distributed as dist
-from txl_dist.engine.dist import World, init_distributed
-init_distributed(World(0, 1, 0))
-t = torch.ones(1)
-dist.all_reduce(t)
-assert t.item() == 1
+LISTENING = """
 sockets = set()
 for fd in os.listdir("/proc/self/fd"):
     try:
@@ -38,8 +32,17 @@ listening = [
     for line in open(table).read().splitlines()[1:]
     if line.split()[3] == "0A" and line.split()[9] in sockets  # 0A: LISTEN
 ]
-print("LISTENING", listening)
+print("LISTENING", listening, flush=True)
 """
+SCRIPT = """
+import os, torch, torch.distributed as dist
+from txl_dist.engine.dist import World, init_distributed
+init_distributed(World(0, 1, 0))
+t = torch.ones(1)
+dist.all_reduce(t)
+assert t.item() == 1
+"""
+SCRIPT += LISTENING
 
 
 LOOPBACK = ("0100007F", "00000000000000000000000001000000")  # 127.0.0.1, ::1 in /proc/net
@@ -51,7 +54,11 @@ def test_one_process_listens_on_no_network_interface():
         env.pop(name, None)
     proc = processes.run([sys.executable, "-c", SCRIPT], timeout=300, cwd=REPO_ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    listening = ast.literal_eval(proc.stdout.split("LISTENING ")[1].splitlines()[0])
+    assert_loopback_only(proc.stdout)
+
+
+def assert_loopback_only(output: str) -> None:
+    listening = ast.literal_eval(output.split("LISTENING ")[1].splitlines()[0])
     assert all(address.split(":")[0] in LOOPBACK for address in listening), listening
 
 
@@ -65,17 +72,20 @@ dist.all_reduce(t)
 assert t.item() == 2
 name = f"deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_{os.environ['MASTER_PORT']}_{rank}"
 print("LEFT", os.path.exists(os.path.join("/dev/shm", name)), flush=True)
-dist.barrier()
 """
+SHM_RANK += LISTENING + "dist.barrier()\n"
 
 
 @pytest.mark.slow  # two ranks
-def test_two_cpu_ranks_leave_no_shared_memory_buffer_behind():
+def test_two_cpu_ranks_listen_on_loopback_alone_and_leave_no_shared_memory_buffer_behind():
+    # The rendezvous TCPStore (rank 0's) listened on every interface, unauthenticated.
     # DeepSpeed's CPU op creates a 66 MiB /dev/shm buffer per rank and never removes it.
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     env["LOCAL_SIZE"] = "2"  # what the deepspeed launcher sets: all ranks on one machine
     outputs = processes.python_ranks(SHM_RANK, 2, timeout=300, cwd=REPO_ROOT, env=env)
-    assert [out.split("LEFT ")[1].strip() for out in outputs] == ["False", "False"]
+    assert [out.split("LEFT ")[1].splitlines()[0] for out in outputs] == ["False", "False"]
+    for output in outputs:
+        assert_loopback_only(output)
     assert not list(Path("/dev/shm").glob(f"deepspeed_*_{env['MASTER_PORT']}_*"))
 
 

@@ -1,5 +1,6 @@
 """DeepSpeed's collectives through shared memory on one machine: the same bits as gloo, gloo for
-everything the kernel cannot take, and gloo alone when the ranks are not all local."""
+everything the kernel cannot take, and gloo alone when the ranks are not all local or a buffer
+name was taken by someone else first."""
 
 import json
 import os
@@ -77,8 +78,8 @@ end_distributed()
 """
 
 
-def run_ranks(local_size: str) -> list[dict]:
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+def run_ranks(local_size: str, port: int | None = None) -> list[dict]:
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port or free_port())}
     env["LOCAL_SIZE"] = local_size  # the deepspeed launcher's: ranks on this machine
     outputs = processes.python_ranks(RANK, 2, timeout=300, cwd=REPO_ROOT, env=env)
     return [json.loads(out.split("REPORT ")[1].splitlines()[0]) for out in outputs]
@@ -121,3 +122,22 @@ def test_the_kernel_needs_building_until_the_extensions_cache_holds_it(tmp_path,
         b""
     )  # where torch's JIT build leaves it
     assert not kernel_needs_building()
+
+
+def test_a_buffer_planted_by_another_user_keeps_every_rank_on_gloo():
+    # DeepSpeed opens its buffer names with O_CREAT but not O_EXCL: a file another user made
+    # first, readable and writable by all, would carry our gradients.
+    port = free_port()
+    planted = f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_{port}_1"
+    fd = os.open(planted, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+    os.fchmod(fd, 0o666)
+    if os.getuid() == 0:
+        os.fchown(fd, 65534, 65534)  # nobody's
+    os.close(fd)
+    try:
+        for report in run_ranks(local_size="2", port=port):
+            assert all(entry["equal"] for entry in report.values()), report
+            assert all(entry["kernel"] == 0 for entry in report.values()), report
+        assert os.path.exists(planted)  # not ours to remove
+    finally:
+        os.unlink(planted)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -159,6 +160,26 @@ def test_a_config_that_does_not_match_the_weights_is_refused(zero_runs, tmp_path
     with pytest.raises(ExportError, match=r"does not match its config.*CoreNet"):
         export(str(tag), str(tmp_path / "out"))
     assert not (tmp_path / "out" / "config.json").exists()
+
+
+def test_a_received_checkpoint_makes_txl_export_fetch_nothing_and_replace_no_file(
+    zero_runs, tmp_path
+):
+    with socket.socket() as server:  # where the checkpoint says its data lies
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.setblocking(False)
+        data = f"http://127.0.0.1:{server.getsockname()[1]}/data"
+        tag = copy_checkpoint(zero_runs[2], tmp_path, data={"path": data})
+        with pytest.raises(ExportError, match="is remote and txl-export reads no URL"):
+            export(str(tag), str(tmp_path / "out"))
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nobody connected
+    out = tmp_path / "notes.txt"
+    out.write_text("precious")
+    with pytest.raises(ExportError, match="exists and is a file"):
+        export(str(zero_runs[2]), str(out))
+    assert out.read_text() == "precious"
 
 
 def test_a_missing_or_wrong_vocabulary_is_refused(zero_runs, wikitext, tmp_path):

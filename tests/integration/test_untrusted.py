@@ -10,6 +10,7 @@ export before anything is unpickled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -54,9 +55,8 @@ def server(shared_data, tmp_path_factory):
             (source / name).write_bytes(f.read(size))
     argv = ["--dataset", "wikitext-103", "--source", str(source), "--out", str(root / "small")]
     assert prepare_main(argv) == 0
-    server = RangeServer(root, root / "http.log")
-    yield server, root / "small"
-    server.stop()
+    with contextlib.ExitStack() as stack:
+        yield RangeServer(root, root / "http.log", stack), root / "small"
 
 
 def pretrain(out_dir: Path, data_url: str, stage: int, steps: int) -> subprocess.CompletedProcess:

@@ -6,6 +6,8 @@ import time
 import pytest
 import torch
 
+from data_pipeline.errors import DataError
+from data_pipeline.vocab import Vocab
 from txl_dist.model import TransformerXL, TXLConfig
 
 
@@ -29,6 +31,41 @@ def test_a_vocabulary_of_another_size_is_refused(tmp_path):
         TransformerXL.from_pretrained(tmp_path)
     (tmp_path / "vocab.txt").write_text("\n".join(lines[:100]) + "\n")
     assert TransformerXL.from_pretrained(tmp_path).config.n_token == 100
+
+
+def test_tokens_holding_a_separator_or_a_no_break_space_count_as_vocab_load_reads_them(tmp_path):
+    small_model().save_pretrained(tmp_path)
+    tokens = ["a\x1cb", "\xa0", *(f"w{i}" for i in range(98))]  # str.splitlines/split cut these
+    Vocab(tokens, [1] * 100).save(str(tmp_path / "vocab.txt"))
+    assert TransformerXL.from_pretrained(tmp_path).config.n_token == 100
+    assert Vocab.load(str(tmp_path / "vocab.txt")).tokens == tokens
+    (tmp_path / "vocab.txt").write_text("a\t1\nb\tmany\n")
+    with pytest.raises(DataError, match="entry 'b' has count 'many', not a number"):
+        Vocab.load(str(tmp_path / "vocab.txt"))
+
+
+def test_an_existing_file_is_not_replaced_by_an_export(tmp_path):
+    out = tmp_path / "notes.txt"
+    out.write_text("precious")
+    with pytest.raises(FileExistsError, match="notes.txt exists and is a file; choose"):
+        small_model().save_pretrained(out)
+    assert out.read_text() == "precious"
+
+
+def test_a_safetensors_header_with_overlapping_offsets_is_one_line(tmp_path):
+    small_model().save_pretrained(tmp_path)
+    path = tmp_path / "model.safetensors"
+    data = path.read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    first, second = (k for k in header if k.startswith("layers.") and k.endswith(".o_net.weight"))
+    header[second]["data_offsets"] = header[first]["data_offsets"]  # the same bytes twice
+    edited = json.dumps(header, separators=(",", ":")).encode().ljust(size)
+    assert len(edited) == size
+    path.write_bytes(data[:8] + edited + data[8 + size :])
+    with pytest.raises(ValueError, match="is not a valid safetensors file") as err:
+        TransformerXL.from_pretrained(tmp_path)
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("n_layer", [500, 50_000])

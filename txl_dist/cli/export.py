@@ -24,6 +24,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+import fsspec
 import torch
 from torch import Tensor
 
@@ -179,7 +180,7 @@ def training_vocab(
     Credentials come from the caller (command line, environment), never from the checkpoint,
     which holds them redacted.
     """
-    url = path or vocab_url(ckpt.config.data.path)
+    url = path or _local_vocab_of(ckpt)
     try:
         vocab = Vocab.load(url, storage_options or {})
     except DataError as err:
@@ -195,6 +196,18 @@ def training_vocab(
             f"sha256 {str(expected)[:12]}); pass the right one with --vocab FILE"
         )
     return vocab
+
+
+def _local_vocab_of(ckpt: Checkpoint) -> str:
+    """The vocab.txt of the run's data.path, if that is a local file: a checkpoint may come from
+    anyone, and txl-export fetches no URL it names."""
+    url = vocab_url(ckpt.config.data.path)
+    if fsspec.core.split_protocol(url)[0] not in (None, "file", "local"):
+        raise ExportError(
+            f"the checkpoint's data.path {redact_text(ckpt.config.data.path)} is remote and "
+            "txl-export reads no URL a checkpoint names; pass its vocabulary with --vocab URL"
+        )
+    return url
 
 
 def export(

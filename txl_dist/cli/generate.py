@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import sys
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -134,6 +135,15 @@ class CharDetokenizer:
         return self.decoder.decode(DATASETS[self.dataset].char_tokenizer.token_bytes(token))
 
 
+def shown(text: str) -> str:
+    """text with its control and format characters as escapes (``\\x1b``), line breaks kept: a
+    vocabulary's tokens must not drive the terminal (retitle it, clear it, reorder text)."""
+    return "".join(
+        c if c == "\n" or unicodedata.category(c) not in ("Cc", "Cf") else ascii(c)[1:-1]
+        for c in text
+    )
+
+
 def char_dataset(model_dir: str) -> str | None:
     """The export's character-level dataset (None for word-level data); one txl-generate
     cannot tokenize is an error."""
@@ -187,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     print(args.prompt if dataset else args.prompt.strip(), end="", flush=True)
     words = CharDetokenizer(dataset) if dataset else Detokenizer(not args.prompt.strip())
     for token, _ in generate(model, prompt, args.max_tokens, sampling, generator):
-        print(words.text(vocab.tokens[token]), end="", flush=True)
+        print(shown(words.text(vocab.tokens[token])), end="", flush=True)
     print()
     return 0
 

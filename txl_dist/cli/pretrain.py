@@ -27,6 +27,7 @@ from txl_dist.engine.build import build_trainer
 from txl_dist.engine.dist import World, end_distributed, world_from_env
 from txl_dist.engine.summary import closing_summary
 from txl_dist.engine.train import Trainer
+from txl_dist.files import open_new
 from txl_dist.logs import configure_logging
 from txl_dist.restarts import restart_line, take_exit_notes, tell_guard
 
@@ -150,7 +151,7 @@ def _keep_traceback(trace: str, out_dir: str | None, world: World) -> str:
         path = os.path.join(out_dir, "errors", f"rank{world.rank}.txt")
         with contextlib.suppress(OSError):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
+            with open_new(path) as f:
                 f.write(trace)
             return f"traceback: {path}"
     print(trace, file=sys.stderr, flush=True)  # no run directory to keep it in

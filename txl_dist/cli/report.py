@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from txl_dist.cli import USAGE_ERROR
 from txl_dist.context import RECL_THRESHOLD, SweepRow, effective_context, read_csv
+from txl_dist.files import open_new
 from txl_dist.scores import LABELS, score_of
 
 METRICS_FILE = "metrics.jsonl"
@@ -122,7 +123,7 @@ def plot(metrics: RunMetrics, out: str, title: str) -> dict[str, dict]:
         ax.set_xlabel("step")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    save(fig, out)
     drawn = {
         ax.get_title(): {
             line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
@@ -183,13 +184,19 @@ def plot_sweep(curves: dict[str, list[SweepRow]], out: str, threshold: float) ->
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    save(fig, out)
     drawn = {
         line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
         for line in ax.get_lines()
     }
     plt.close(fig)
     return drawn
+
+
+def save(fig, out: str) -> None:
+    """Write the figure to out (its format from the name), never through a link planted there."""
+    with open_new(out, "wb") as f:
+        fig.savefig(f, format=os.path.splitext(out)[1][1:] or None, dpi=100)
 
 
 def main(argv: list[str] | None = None) -> int:

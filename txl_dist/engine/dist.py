@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import shutil
+import stat
 import sys
 import sysconfig
 import tempfile
@@ -18,7 +19,12 @@ from datetime import timedelta
 
 import torch
 
-from txl_dist.engine.shm_collectives import kernel_needs_building, route_through_shared_memory
+from txl_dist.engine.shm_collectives import (
+    buffer_path,
+    is_ours,
+    kernel_needs_building,
+    route_through_shared_memory,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +68,25 @@ def _private_dir() -> str:
     return path
 
 
+def _all_ranks_local(world: World) -> bool:
+    """Whether the launcher says every rank runs on this machine."""
+    return os.environ.get("LOCAL_SIZE") == str(world.world_size)
+
+
+def _job_store() -> str:
+    """The rendezvous file every local rank of this job names alike, in this user's own folder.
+
+    The launcher (their common parent) and its port tell jobs apart.
+    """
+    folder = os.path.join(tempfile.gettempdir(), f"txl-dist-{os.getuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise RuntimeError(f"{folder} is not a folder of this user's alone: remove it")
+    return os.path.join(folder, f"rendezvous-{os.environ.get('MASTER_PORT')}-{os.getppid()}")
+
+
 def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
     """Start the process group (nccl on GPUs, gloo on CPU) and return this rank's device.
 
@@ -74,6 +99,10 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
     os.environ.setdefault("RANK", str(world.rank))
     os.environ.setdefault("WORLD_SIZE", str(world.world_size))
     os.environ.setdefault("LOCAL_RANK", str(world.local_rank))
+    # DeepSpeed sets up its shared-memory collectives (shm_collectives) when LOCAL_SIZE, which
+    # its launcher sets, equals the world size; torchrun says the same as LOCAL_WORLD_SIZE.
+    if os.environ.get("LOCAL_WORLD_SIZE"):
+        os.environ.setdefault("LOCAL_SIZE", os.environ["LOCAL_WORLD_SIZE"])
     rendezvous = {}
     if world.world_size == 1:
         # One process needs no rendezvous: a store file in a private directory rather than
@@ -83,6 +112,13 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # DeepSpeed checks they are set
         os.environ.setdefault("MASTER_PORT", "0")
+    elif _all_ranks_local(world):
+        # Ranks on one machine meet through a store file of this user's rather than a TCPStore
+        # listening, unauthenticated, on every interface; gloo's own listeners stay on loopback.
+        rendezvous = dict(
+            init_method=f"file://{_job_store()}", rank=world.rank, world_size=world.world_size
+        )
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     # DeepSpeed JIT-builds its CPU communication op with the first `ninja` on PATH. The one pip
     # installs beside DeepSpeed and a system one record builds differently, so runs from an
     # activated shell and from a plain one (quickstart.sh) rebuilt it in turn, minutes each.
@@ -93,10 +129,6 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
     # checkouts with their own venv rebuilt it in turn and waited on each other's build lock.
     # One cache per environment; ranks started over ssh (no inherited variables) agree on it.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
-    # DeepSpeed sets up its shared-memory collectives (shm_collectives) when LOCAL_SIZE, which
-    # its launcher sets, equals the world size; torchrun says the same as LOCAL_WORLD_SIZE.
-    if os.environ.get("LOCAL_WORLD_SIZE"):
-        os.environ.setdefault("LOCAL_SIZE", os.environ["LOCAL_WORLD_SIZE"])
     accelerator = get_accelerator()
     if accelerator.device_name() != "cpu":
         accelerator.set_device(world.local_rank)
@@ -150,14 +182,11 @@ def _unlink_shm_buffer(rank: int) -> None:
     DeepSpeed's CPU communication op creates one 66 MiB buffer per rank and never unlinks it:
     every run left them in /dev/shm, in RAM, until reboot. Every rank maps all of them while
     the process group starts; after a barrier no rank opens one again, so the names can go
-    (the mappings live on until the processes exit).
+    (the mappings live on until the processes exit). A name someone else created stays theirs.
     """
     import torch.distributed as dist
 
     dist.barrier()
-    name = (
-        f"deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR')}_"
-        f"{os.environ.get('MASTER_PORT')}_{rank}"
-    )
-    with contextlib.suppress(FileNotFoundError):  # not all ranks local: no buffer
-        os.unlink(os.path.join("/dev/shm", name))
+    path = buffer_path(rank)
+    if is_ours(path):  # not all ranks local: no buffer
+        os.unlink(path)

@@ -15,11 +15,18 @@ subgroups, async calls, integer tensors, ranks on several machines) stays on glo
 adds the ranks' values in rank order on every rank, so every rank gets the same bits, run after
 run. It waits for its peers without a timeout, with the GIL released: a rank that stops is
 caught by the watchdog's phase deadline (engine.watchdog), not by the collective.
+
+DeepSpeed opens each rank's buffer, /dev/shm/deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_
+<MASTER_PORT>_<rank>, with O_CREAT but not O_EXCL: a name another user created first (mode 0666)
+would be used, and that user would read and write our gradients. The collectives take the
+kernel only when every rank's buffer is a regular file of ours that no one else may open;
+otherwise they all stay on gloo.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 
 import torch
 import torch.distributed as dist
@@ -61,12 +68,48 @@ def route_through_shared_memory(world_size: int) -> bool:
         or getattr(backend, "shm_comm_op", None) is None
         or level == 0
         or os.environ.get("LOCAL_SIZE") != str(world_size)  # the kernel's own test at setup
+        or not _buffers_are_private(world_size)
     ):
         return False
     dtypes = {dtype for dtype, needed in KERNEL_LEVEL.items() if level >= needed}
     backend.all_reduce = _all_reduce(backend.all_reduce, dtypes, world_size)
     backend.all_gather_into_tensor = _all_gather(backend.all_gather_into_tensor, dtypes, world_size)
     return True
+
+
+def buffer_path(rank: int) -> str:
+    """The /dev/shm file DeepSpeed's kernel maps for this rank (its own naming)."""
+    name = (
+        f"deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR', '')}_"
+        f"{os.environ.get('MASTER_PORT', '')}_{rank}"
+    )
+    return os.path.join("/dev/shm", name)
+
+
+def is_ours(path: str) -> bool:
+    """Whether path is a regular file of this user that no other user may open."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (
+        stat.S_ISREG(info.st_mode)
+        and info.st_uid == os.getuid()
+        and info.st_mode & 0o077 == 0
+        and info.st_nlink == 1
+    )
+
+
+def _buffers_are_private(world_size: int) -> bool:
+    """Whether every rank's buffer is ours alone, agreed by all ranks (over gloo).
+
+    A buffer planted by someone else is never replaced by them once we use it: /dev/shm is
+    sticky, so only its owner can remove a name.
+    """
+    private = all(is_ours(buffer_path(rank)) for rank in range(world_size))
+    agreed = torch.tensor([int(private)])
+    dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+    return bool(agreed.item())
 
 
 def _fits(tensor: torch.Tensor, dtypes: set, group, world_size: int) -> bool:

@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 
+from txl_dist.files import open_new
 from txl_dist.restarts import HANG_EXIT_CODE
 
 log = logging.getLogger(__name__)
@@ -239,7 +240,7 @@ class Watchdog:
         path = os.path.join(self.errors_dir, f"rank{self.rank}.txt")
         try:
             os.makedirs(self.errors_dir, exist_ok=True)
-            with open(path, "w") as f:
+            with open_new(path) as f:
                 faulthandler.dump_traceback(f, all_threads=True)
         except OSError:
             return None

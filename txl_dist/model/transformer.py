@@ -344,6 +344,8 @@ def staged_directory(directory: str | os.PathLike):
     never delete a directory of someone else's files.
     """
     directory = os.path.abspath(directory)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise FileExistsError(f"{directory} exists and is a file; choose an empty or new directory")
     is_export = os.path.exists(os.path.join(directory, CONFIG_FILE))
     if os.path.isdir(directory) and os.listdir(directory) and not is_export:
         raise FileExistsError(
@@ -372,8 +374,10 @@ def _check_vocab_size(directory, config: TXLConfig) -> None:
     path = os.path.join(directory, VOCAB_FILE)
     if not os.path.exists(path):
         return
-    with open(path, "rb") as f:
-        entries = sum(1 for line in f if line.strip())
+    from data_pipeline.vocab import vocab_entries  # the lines Vocab.load reads, counted alike
+
+    with open(path, encoding="utf-8", errors="replace") as f:
+        entries = len(vocab_entries(f.read()))
     if entries != config.n_token:
         raise ValueError(
             f"{path} has {entries} entries but config.json has n_token {config.n_token}: the "
@@ -399,10 +403,13 @@ def _weights_path(directory) -> str:
 
 def _check_header_layers(path: str, config: TXLConfig) -> None:
     """The header's layer count must be config.json's, before a model of n_layer is built."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(path, framework="pt") as f:
-        names = f.keys()
+    try:
+        with safe_open(path, framework="pt") as f:
+            names = f.keys()
+    except SafetensorError as err:  # a header that does not hold (overlapping offsets, ...)
+        raise ValueError(f"{path} is not a valid safetensors file ({err}); re-export") from None
     layers = {int(name.split(".")[1]) for name in names if name.startswith("layers.")}
     if len(layers) != config.n_layer:
         raise ValueError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 import zipfile
 
@@ -50,6 +51,20 @@ def test_a_planted_done_marker_is_not_trusted(tmp_path):
     assert sorted(p.name for p in cache.iterdir()) == [target.name]  # no temporary left
 
 
+def test_a_folder_planted_with_the_archives_public_digest_is_not_trusted(tmp_path):
+    archive = tmp_path / "src" / "corpus.zip"
+    write_zip(archive, {"wiki.valid.tokens": b"real\n"})
+    target = extract(archive, tmp_path / "cache", WIKITEXT_103)
+    planted = target / "wiki.valid.tokens"
+    planted.write_bytes(b"planted\n")  # beside the genuine .done: the archive's sha256
+    if os.getuid() == 0:
+        os.chown(planted, 65534, 65534)  # another user's
+    else:
+        planted.chmod(0o666)  # anyone's to write
+    again = extract(archive, tmp_path / "cache", WIKITEXT_103)
+    assert (again / "wiki.valid.tokens").read_bytes() == b"real\n"
+
+
 def test_a_bomb_is_refused_before_anything_is_written(tmp_path):
     archive = tmp_path / "bomb.zip"
     write_zip(archive, {"wiki.train.tokens": b"\0" * (4 << 20)})  # 4 MiB from a few KiB
@@ -61,6 +76,62 @@ def test_a_bomb_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(CorpusFormatError, match="20 members"):
         extract(archive, tmp_path / "cache", WIKITEXT_103, limits)
     assert not list((tmp_path / "cache").rglob("f1")) and not list(tmp_path.rglob("*.tokens"))
+
+
+def test_a_tar_of_many_headers_is_refused_while_it_is_read(tmp_path):
+    members = io.BytesIO()
+    with tarfile.open(fileobj=members, mode="w:gz") as tf:
+        for i in range(5000):
+            tf.addfile(tarfile.TarInfo(f"f{i}"))  # an empty header: 512 bytes from a few
+    archive = tmp_path / "headers.tar.gz"
+    # Cut short: an archive read to its end before counting fails on the cut instead.
+    archive.write_bytes(members.getvalue()[: len(members.getvalue()) // 2])
+    limits = ArchiveLimits(max_members=10)
+    with pytest.raises(CorpusFormatError, match="more than 10 members, over the limit"):
+        extract(archive, tmp_path / "cache", WIKITEXT_103, limits)
+
+
+def damaged_zip(case: str) -> bytes:
+    """A zip whose one split file has compression method 99, is encrypted, or holds bad data."""
+    members = io.BytesIO()
+    method = zipfile.ZIP_DEFLATED if case == "corrupt" else zipfile.ZIP_STORED
+    with zipfile.ZipFile(members, "w", method) as zf:
+        zf.writestr("wiki.valid.tokens", b"real text " * 100)
+    data = bytearray(members.getvalue())
+    local, central = data.index(b"PK\x03\x04"), data.index(b"PK\x01\x02")
+    if case == "method 99":
+        data[local + 8], data[central + 10] = 99, 99
+    elif case == "encrypted":  # bit 0 of the flags
+        data[local + 6] |= 1
+        data[central + 8] |= 1
+    else:  # the first deflate block's bytes, after the local header and the name
+        start = local + 30 + len("wiki.valid.tokens")
+        data[start : start + 4] = b"\xff" * 4
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    "case, reason",
+    [
+        ("method 99", "compression method is not supported"),
+        ("encrypted", "is encrypted"),
+        ("corrupt", "while decompressing data"),
+        ("300-character name", "File name too long"),
+    ],
+)
+def test_a_damaged_or_unusual_archive_is_a_one_line_error(tmp_path, case, reason):
+    if case == "300-character name":
+        archive = tmp_path / "long.tar"
+        with tarfile.open(archive, "w", format=tarfile.GNU_FORMAT) as tf:
+            member = tarfile.TarInfo("d" * 300 + "/wiki.valid.tokens")
+            member.size = 3
+            tf.addfile(member, io.BytesIO(b"abc"))
+    else:
+        archive = tmp_path / "damaged.zip"
+        archive.write_bytes(damaged_zip(case))
+    with pytest.raises(CorpusFormatError, match=f"cannot extract: .*{reason}") as err:
+        extract(archive, tmp_path / "cache", WIKITEXT_103)
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("kind", ["zip", "tar"])
