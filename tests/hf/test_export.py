@@ -82,3 +82,9 @@ def test_greedy_generate_is_ours_token_for_token(ours, theirs):
         got = theirs.generate(prompt[None], max_new_tokens=steps, do_sample=False)
     assert got[0, len(prompt) :].tolist() == expected
     assert len(set(expected)) > 1  # a generation that could differ
+
+    padded = torch.stack([prompt, prompt])
+    mask = torch.ones_like(padded)
+    mask[1, 0] = 0
+    with pytest.raises(ValueError, match="no padding"):
+        theirs.generate(padded, attention_mask=mask, max_new_tokens=2, do_sample=False)

@@ -61,8 +61,14 @@ class TXLForCausalLM(PreTrainedModel, GenerationMixin):
         input_ids: Tensor,
         labels: Tensor | None = None,
         mems: list[Tensor] | None = None,
+        attention_mask: Tensor | None = None,
         **kwargs,
     ) -> TXLCausalLMOutput:
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError(
+                "attention_mask masks some tokens: this model has no padding; give the rows of a "
+                "batch equal lengths, or one sequence at a time"
+            )
         out = self.txl(input_ids, mems=mems)
         loss = None
         if labels is not None:
@@ -76,9 +82,12 @@ class TXLForCausalLM(PreTrainedModel, GenerationMixin):
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the memory is the cache: kept in `mems`, not in a transformers Cache
 
-    def prepare_inputs_for_generation(self, input_ids: Tensor, mems=None, **kwargs) -> dict:
+    def prepare_inputs_for_generation(
+        self, input_ids: Tensor, mems=None, attention_mask=None, **kwargs
+    ) -> dict:
         """The whole prompt first, then only the newest token on the memory."""
-        return {"input_ids": input_ids if mems is None else input_ids[:, -1:], "mems": mems}
+        new = input_ids if mems is None else input_ids[:, -1:]
+        return {"input_ids": new, "mems": mems, "attention_mask": attention_mask}
 
     def _update_model_kwargs_for_generation(self, outputs, model_kwargs, *args, **kwargs):
         model_kwargs = super()._update_model_kwargs_for_generation(
