@@ -195,13 +195,13 @@ def measure_in_process(argv: list[str]) -> None:
         return loss
 
     trainer.train_step = train_step
-    save = trainer.save_checkpoint
+    save = trainer.checkpoints.save
 
-    def save_checkpoint(state):  # the loop's end: train.save_interval=0 saves only there
+    def save_checkpoint(*state):  # the loop's end: train.save_interval=0 saves only there
         marks.setdefault("to", clock())
-        return save(state)
+        return save(*state)
 
-    trainer.save_checkpoint = save_checkpoint
+    trainer.checkpoints.save = save_checkpoint
     trainer.run()
     seconds = dict(sections.seconds)
     bare_ms = sum(v for k, v in seconds.items() if k.startswith("bare")) * 1000 / steps

@@ -1,17 +1,20 @@
 """How txl-prepare scales with the corpus: tokens/s and peak resident memory per process.
 
-    python bench/prepare_scale.py [--sizes 50 200 800] [--workers 2] [--modes vocab build]
-                                  [--corpora DIR]
+    python bench/prepare_scale.py [--sizes 50 200 800] [--workers 2] [--modes vocab build bpe]
+                                  [--bpe 32000] [--corpora DIR]
 
 For each size (millions of prepared tokens, ``<S>`` markers included) it generates an
 lm1b-shaped corpus (below), then runs ``txl-prepare --dataset lm1b`` on it twice, with the
-corpus's ``--vocab`` file and building the vocabulary, each as a separate process tree whose
-resident memory is sampled every 50 ms: it prints wall time, tokens/s, CPU time per token (all
-processes; on a shared machine 2e9 / that is what 2 free cores would do), and peak memory: the
-main process's resident set (RSS), the largest worker's unique set (USS) and main RSS + workers'
-USS at one moment. Workers are forked from the main process, so their RSS also counts the pages
-they share with it (a vocabulary or counts table held before the fork): summing RSS would count
-those twice, and a worker's RSS would follow what the main process held when it forked.
+corpus's ``--vocab`` file and building the vocabulary; mode ``bpe`` writes the same sentences as
+JSONL records (10 sentences each, 20 train files) and runs ``txl-prepare --dataset jsonl
+--tokenizer bpe:N``, training the BPE and encoding with it (its tokens are BPE tokens). Each run
+is a separate process tree whose resident memory is sampled every 50 ms: it prints wall time,
+tokens/s, CPU time per token (all processes; on a shared machine 2e9 / that is what 2 free cores
+would do), and peak memory: the main process's resident set (RSS), the largest worker's unique
+set (USS) and main RSS + workers' USS at one moment. Workers are forked from the main process,
+so their RSS also counts the pages they share with it (a vocabulary or counts table held before
+the fork): summing RSS would count those twice, and a worker's RSS would follow what the main
+process held when it forked.
 
 The corpus (seeded; the same arguments give the same bytes): 100 training files
 ``news.en-000NN-of-00100`` and a held-out file ``news.en.heldout-00000-of-00050`` (1/100 of the
@@ -25,6 +28,7 @@ types (the size of lm1b's ``1b_word_vocab.txt``), ``word count`` per line.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import resource
 import shutil
@@ -42,6 +46,8 @@ TYPES = 2_000_000
 VOCAB_WORDS = 793_471
 TRAIN_FILES = 100
 TOKENS_PER_BLOCK = 1 << 21  # generated at a time, to bound the generator's own memory
+JSONL_FILES = 20
+SENTENCES_PER_RECORD = 10
 
 
 def type_table(types: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -114,6 +120,25 @@ def make_corpus(root: Path, tokens: int, seed: int = 0) -> int:
     return total
 
 
+def make_jsonl_corpus(root: Path, tokens: int, seed: int = 0) -> None:
+    """The same sentences as JSONL records under ``root``: ``train/`` holds JSONL_FILES files
+    of about ``tokens`` words in all, ``valid/`` one of 1/100 of that."""
+    writer = CorpusWriter(seed)
+    train = root / "train"
+    files = [(train / f"part-{i:03d}.jsonl", tokens // JSONL_FILES) for i in range(JSONL_FILES)]
+    files.append((root / "valid" / "heldout.jsonl", max(tokens // 100, 1000)))
+    for path, words in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as f:
+            while words > 0:
+                text, n = writer.block(min(TOKENS_PER_BLOCK, words))
+                lines = text.decode().splitlines()
+                for a in range(0, len(lines), SENTENCES_PER_RECORD):
+                    f.write(json.dumps({"text": "\n".join(lines[a : a + SENTENCES_PER_RECORD])}))
+                    f.write("\n")
+                words -= n
+
+
 @dataclass
 class Peaks:
     """Peak resident memory seen while a command ran, in bytes."""
@@ -158,35 +183,50 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 800], help="M tokens")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--modes", nargs="+", default=["vocab", "build"], choices=["vocab", "build"])
+    p.add_argument(
+        "--modes", nargs="+", default=["vocab", "build", "bpe"], choices=["vocab", "build", "bpe"]
+    )
+    p.add_argument("--bpe", type=int, default=32000, help="BPE vocabulary size (mode bpe)")
     p.add_argument("--corpora", type=Path, help="keep generated corpora here (reused if there)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         corpora = args.corpora or Path(tmp)
-        print("| corpus | --vocab | wall s | tokens/s | CPU ns/token | main RSS "
+        print("| corpus | vocabulary | wall s | tokens/s | CPU ns/token | main RSS "
               "| largest worker USS | main RSS + workers' USS |")  # fmt: skip
         print("|---|---|---|---|---|---|---|---|")
         for size in args.sizes:
-            src = corpora / f"lm1b-{size}M"
-            if not (src / ".done").exists():
-                make_corpus(src, size * 1_000_000)
-                (src / ".done").touch()
             for mode in args.modes:
-                print(measure(src, Path(tmp) / "out", mode, args.workers), flush=True)
+                src = corpus(corpora, size, "jsonl" if mode == "bpe" else "lm1b")
+                print(measure(src, Path(tmp) / "out", mode, args.workers, args.bpe), flush=True)
                 shutil.rmtree(Path(tmp) / "out")
 
 
-def measure(src: Path, out: Path, mode: str, workers: int) -> str:
+def corpus(corpora: Path, size: int, kind: str) -> Path:
+    """The generated corpus of ``size`` M tokens (``lm1b`` files or ``jsonl`` records)."""
+    src = corpora / f"{kind}-{size}M"
+    if not (src / ".done").exists():
+        (make_jsonl_corpus if kind == "jsonl" else make_corpus)(src, size * 1_000_000)
+        (src / ".done").touch()
+    return src
+
+
+VOCABULARY = {"vocab": "--vocab", "build": "built", "bpe": "BPE trained"}
+
+
+def measure(src: Path, out: Path, mode: str, workers: int, bpe: int) -> str:
     """One txl-prepare run as a table row."""
-    cmd = [sys.executable, "-m", "data_pipeline", "--dataset", "lm1b", "--source",
+    dataset = "jsonl" if mode == "bpe" else "lm1b"
+    cmd = [sys.executable, "-m", "data_pipeline", "--dataset", dataset, "--source",
            str(src), "--out", str(out), "--no-progress", "--workers", str(workers)]  # fmt: skip
     if mode == "vocab":
         cmd += ["--vocab", str(src / "1b_word_vocab.txt")]
+    if mode == "bpe":
+        cmd += ["--tokenizer", f"bpe:{bpe}"]
     seconds, cpu, peaks, text = run_sampled(cmd)
     tokens = sum(int(n) for n in re.findall(r"^\w+: (\d+) tokens", text, re.M))
     gb = 1 << 30
     return (
-        f"| {tokens / 1e6:.0f}M tokens | {'yes' if mode == 'vocab' else 'no'} | {seconds:.0f} | "
+        f"| {tokens / 1e6:.0f}M tokens | {VOCABULARY[mode]} | {seconds:.0f} | "
         f"{tokens / seconds / 1e6:.2f}M | {cpu / tokens * 1e9:.0f} | {peaks.main / gb:.2f} GB | "
         f"{peaks.worker / gb:.2f} GB | {peaks.total / gb:.2f} GB |"
     )

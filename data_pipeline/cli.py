@@ -33,7 +33,7 @@ from data_pipeline.prepare import (
     Settings,
 )
 from data_pipeline.redact import redact_text
-from data_pipeline.shards import Manifest, manifest_url, verify, vocab_url
+from data_pipeline.shards import Manifest, manifest_url, verify
 from data_pipeline.storage import parse_options
 from data_pipeline.units import DEFAULT_UNIT_BYTES, parse_part
 
@@ -47,6 +47,16 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", help="output root (any fsspec URL)")
     p.add_argument("--vocab", help="reuse this vocabulary file (token[ count] per line)")
+    p.add_argument(
+        "--tokenizer", metavar="FILE|bpe:N",
+        help="jsonl/parquet: a tokenizer.json (any fsspec URL), or bpe:N to train a byte-level "
+        "BPE of N tokens on the train split",
+    )  # fmt: skip
+    p.add_argument("--text-field", default="text", help="jsonl/parquet: the field of the text")
+    p.add_argument(
+        "--skip-bad-records", action="store_true",
+        help="jsonl/parquet: leave out malformed records (counted in the log) instead of stopping",
+    )  # fmt: skip
     p.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens/shard")
     p.add_argument("--sample-size", type=int, default=DEFAULT_SAMPLE_TOKENS, help="tokens/sample")
     p.add_argument(
@@ -104,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as err:  # input errors exit 2, like usage errors and txl-pretrain's
         print(f"txl-prepare: error: {err}", file=sys.stderr)
         return 2
-    if manifests is None:  # --merge built the vocabulary
-        where = redact_text(vocab_url(args.out))
+    if manifests is None:  # --merge built the vocabulary (or trained the tokenizer)
+        where = redact_text(job.vocab_at)
         print(f"vocabulary built: {where}; now run the parts again, then --merge")
     else:
         print_manifests(args.out, manifests)
@@ -115,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
 def settings_of(args: argparse.Namespace, out_options: dict, source_options: dict) -> Settings:
     """The run the command line asks for (ValueError: options that do not fit together)."""
     return Settings(
-        args.dataset, args.out, args.source, vocab=args.vocab, shard_size=args.shard_size,
+        args.dataset, args.out, args.source, vocab=args.vocab, tokenizer=args.tokenizer,
+        text_field=args.text_field, skip_bad_records=args.skip_bad_records,
+        shard_size=args.shard_size,
         sample_size=args.sample_size, unit_bytes=args.unit_bytes, workers=args.workers,
         min_count=args.min_count, text_docs=args.text_docs, test_chars=args.test_chars,
         source_checksum=args.source_checksum, cache_dir=args.cache_dir, out_options=out_options,

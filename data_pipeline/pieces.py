@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from data_pipeline.corpora.encoding import Documents
+from data_pipeline.corpora.subword import Subword
 from data_pipeline.vocab import Vocab
 
 Piece = tuple[str, int, int, int]  # (file URL, start, stop, usable end of the file)
@@ -40,16 +41,18 @@ class PieceIds:
     """int64 token count of each document; sums to len(ids)."""
     oov_tokens: int
     """Tokens mapped to the unknown token that are not that token themselves."""
+    bad_records: int
+    """Malformed records left out (record corpora with --skip-bad-records)."""
     source_bytes: int
     """Bytes of the source file the piece accounts for (for progress)."""
 
 
 # The vocabulary encode_piece maps to, set in each worker when its pool starts (fork: not copied
 # through a pipe) and in the main process when it encodes by itself.
-_vocab: Vocab | None = None
+_vocab: Vocab | Subword | None = None
 
 
-def set_vocab(vocab: Vocab | None) -> None:
+def set_vocab(vocab: Vocab | Subword | None) -> None:
     """Make ``vocab`` the one encode_piece uses in this process."""
     global _vocab
     _vocab = vocab
@@ -65,16 +68,18 @@ def count_piece(documents: Documents, piece: Piece, storage_options: dict) -> Pi
 def encode_piece(documents: Documents, piece: Piece, storage_options: dict) -> PieceIds:
     """Ids (in the vocabulary set by set_vocab) of the documents that start in a piece."""
     chunk = documents.encode_range(*piece, storage_options, vocab=_vocab)
-    return PieceIds(chunk.ids, chunk.doc_lengths, chunk.oov_tokens, chunk.source_bytes)
+    return PieceIds(
+        chunk.ids, chunk.doc_lengths, chunk.oov_tokens, chunk.bad_records, chunk.source_bytes
+    )
 
 
 def run_pieces(
     fn: Callable, documents: Documents, pieces: list[Piece], storage_options: dict, workers: int,
-    vocab: Vocab | None = None,
+    vocab: Vocab | Subword | None = None,
 ) -> Iterator:  # fmt: skip
     """``fn(documents, piece, storage_options)`` for every piece, results in order; at most 2 pieces
     per worker in flight, so memory is bounded whatever the number of pieces."""
-    if vocab is not None:
+    if isinstance(vocab, Vocab):
         vocab.table.build()  # before the fork: every worker inherits it
     if workers <= 1:
         set_vocab(vocab)

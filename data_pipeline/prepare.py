@@ -16,6 +16,10 @@ on the corpus. Parts and merges give byte-identical output to one process. Build
 vocabulary takes two rounds (parts, merge, parts, merge); with ``--vocab`` one. A part skips
 units already done, so a failed part is simply run again.
 
+Record datasets (jsonl, parquet) are tokenized by a subword tokenizer instead (``--tokenizer
+FILE``, or ``bpe:N`` trained by the first merge on the train split's documents, streamed:
+corpora/subword.py); the root keeps it as tokenizer.json where vocab.txt would be.
+
 Reruns reuse what is done: a split whose manifest records the same input fingerprint (files,
 sizes, modification times, options) and vocabulary, and whose shards are all present, is kept.
 
@@ -35,7 +39,7 @@ import logging
 import os
 import posixpath
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import fsspec
 import numpy as np
@@ -44,6 +48,8 @@ from tqdm import tqdm
 from data_pipeline.corpora import datasets, sources
 from data_pipeline.corpora.charlevel import DEFAULT_TEST_CHARS
 from data_pipeline.corpora.datasets import Dataset
+from data_pipeline.corpora.records import Texts
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword, bpe_size
 from data_pipeline.errors import CorpusFormatError, DataError, ManifestError
 from data_pipeline.pieces import count_piece, encode_piece, run_pieces
 from data_pipeline.redact import redact_text
@@ -55,7 +61,6 @@ from data_pipeline.shards import (
     ShardSink,
     load_manifest,
     manifest_url,
-    vocab_url,
 )
 from data_pipeline.units import (
     DEFAULT_UNIT_BYTES,
@@ -81,6 +86,9 @@ def prepare(
     source: str | None = None,
     *,
     vocab: str | None = None,
+    tokenizer: str | None = None,
+    text_field: str = "text",
+    skip_bad_records: bool = False,
     shard_size: int = DEFAULT_SHARD_TOKENS,
     sample_size: int = DEFAULT_SAMPLE_TOKENS,
     unit_bytes: int = DEFAULT_UNIT_BYTES,
@@ -100,7 +108,8 @@ def prepare(
     The arguments are ``Settings``' fields (``Job.run``: the steps).
     """
     settings = Settings(
-        dataset, out, source, vocab=vocab, shard_size=shard_size, sample_size=sample_size,
+        dataset, out, source, vocab=vocab, tokenizer=tokenizer, text_field=text_field,
+        skip_bad_records=skip_bad_records, shard_size=shard_size, sample_size=sample_size,
         unit_bytes=unit_bytes, workers=workers, piece_bytes=piece_bytes, min_count=min_count,
         text_docs=text_docs, test_chars=test_chars, source_checksum=source_checksum,
         cache_dir=cache_dir, out_options=out_options or {}, source_options=source_options or {},
@@ -129,6 +138,12 @@ class Settings:
     """Directory, file or archive holding the corpus (any fsspec URL); None: the official one."""
     vocab: str | None = None
     """Vocabulary file to encode with; None: build it from the corpus."""
+    tokenizer: str | None = None
+    """Record datasets: a tokenizer.json (any fsspec URL) or ``bpe:N`` (train one of N tokens)."""
+    text_field: str = "text"
+    """Record datasets: the field (JSONL) or column (Parquet) holding a document's text."""
+    skip_bad_records: bool = False
+    """Record datasets: leave out (and count) malformed records instead of stopping."""
     shard_size: int = DEFAULT_SHARD_TOKENS
     """Most tokens in a shard."""
     sample_size: int = DEFAULT_SAMPLE_TOKENS
@@ -159,11 +174,27 @@ class Settings:
     def __post_init__(self) -> None:
         check_layout(self.sample_size, self.shard_size)
         self.spec.documents_for(self.text_docs)  # a text_docs with no meaning is refused
+        check_tokenization(self.spec, self.tokenizer, self.vocab)
 
     @property
     def spec(self) -> Dataset:
         """The dataset's definition."""
         return datasets.dataset(self.dataset)
+
+
+def check_tokenization(spec: Dataset, tokenizer: str | None, vocab: str | None) -> None:
+    """Refuse a subword tokenizer where a word vocabulary is built, and the reverse."""
+    if spec.subword and not tokenizer:
+        raise ValueError(
+            f"--dataset {spec.name} needs --tokenizer FILE (a tokenizer.json) or bpe:N"
+        )
+    if tokenizer and not spec.subword:
+        names = ", ".join(n for n, d in datasets.DATASETS.items() if d.subword)
+        raise ValueError(f"--tokenizer applies to the record datasets ({names}), not {spec.name}")
+    if tokenizer and vocab:
+        raise ValueError("give --tokenizer or --vocab, not both")
+    if tokenizer:
+        bpe_size(tokenizer)  # a bpe:N without a usable N is refused
 
 
 def check_layout(sample_size: int, shard_size: int) -> None:
@@ -193,6 +224,12 @@ class Job:
         spec, self.settings = settings.spec, settings
         self.dataset, self.out = settings.dataset, settings.out.rstrip("/")
         self.documents = spec.documents_for(settings.text_docs)
+        if isinstance(self.documents.tokenization, Texts):
+            texts = Texts(settings.text_field, settings.skip_bad_records)
+            self.documents = replace(self.documents, tokenization=texts)
+        self.bpe = bpe_size(settings.tokenizer) if settings.tokenizer else None
+        self.vocab_type = Subword if settings.tokenizer else Vocab
+        self.vocab_at = f"{self.out}/{TOKENIZER_FILE if settings.tokenizer else VOCAB_FILE}"
         self.specials = list(spec.specials)
         self.min_count = spec.min_count if settings.min_count is None else settings.min_count
         self.vocab_file = settings.vocab
@@ -200,11 +237,15 @@ class Job:
         self.source = settings.source or root
         self.files = sources.split_files(spec, root, self.source_options)
         self.fs, self.out_path = fsspec.core.url_to_fs(self.out, **self.out_options)
+        self.vocab_path = f"{self.out_path}/{posixpath.basename(self.vocab_at)}"
         self.records = Records(self.fs, self.out_path)
-        self.voc: Vocab | None = None  # once found or built
+        self.voc: Vocab | Subword | None = None  # once found or built
         self.saved_vocab: str | None = None  # sha256 of the vocab.txt this job wrote or read
         identity = file_identity(self.vocab_file, self.source_options) if self.vocab_file else None
         inputs = {"min_count": self.min_count, "vocab": identity, "unit_bytes": settings.unit_bytes}
+        if settings.tokenizer:
+            inputs["tokenizer"] = self.bpe or file_identity(settings.tokenizer, self.source_options)
+            inputs["records"] = asdict(self.documents.tokenization)
         self.fingerprints = {s: self.fingerprint(s, inputs) for s in self.files}
         train_only = "train" in self.files and not spec.vocab_from_all_splits
         self.vocab_splits = ["train"] if train_only else list(self.files)
@@ -253,6 +294,8 @@ class Job:
         already done are skipped, so a failed part is simply run again. Returns what it did."""
         voc = self.vocabulary()
         mine = part_units(self.units, part, parts)
+        if voc is None and self.bpe:
+            return "nothing to do: the merge (--merge) trains the tokenizer first"
         if voc is None:
             todo = [u for u in mine if u.split in self.vocab_splits and not self.counted(u)]
             self.count(todo)
@@ -272,24 +315,26 @@ class Job:
             self.build_vocab()
             return None
         self.save_vocab(voc)
-        manifests = {s: self.reusable(s, voc) or self.write_manifest(s, voc) for s in self.files}
+        manifests = {s: self.reused(s, voc) or self.write_manifest(s, voc) for s in self.files}
         self.records.remove()
         return manifests
 
     # ------------------------------------------------------------ vocabulary
 
-    def vocabulary(self) -> Vocab | None:
+    def vocabulary(self) -> Vocab | Subword | None:
         """The vocabulary to encode with, or None while it still has to be built."""
         if self.voc is None:
             self.voc = self.find_vocabulary()
         return self.voc
 
-    def find_vocabulary(self) -> Vocab | None:
+    def find_vocabulary(self) -> Vocab | Subword | None:
         if self.vocab_file:
             return Vocab.load(self.vocab_file, self.source_options)
-        if not self.fs.exists(f"{self.out_path}/{VOCAB_FILE}"):
+        if self.settings.tokenizer and not self.bpe:
+            return Subword.load(self.settings.tokenizer, self.source_options)
+        if not self.fs.exists(self.vocab_path):
             return None
-        voc = Vocab.load(vocab_url(self.out), self.out_options)
+        voc = self.vocab_type.load(self.vocab_at, self.out_options)
         built = self.records.read("vocab", None, self.vocab_fingerprint)
         if built and built["sha256"] == voc.sha256:
             return voc
@@ -307,8 +352,11 @@ class Job:
             record = {"fingerprint": self.fingerprints[unit.split], "words": counts.words()}
             self.records.write("counts", unit, {**record, "counts": counts.counts.tolist()})
 
-    def build_vocab(self) -> Vocab:
-        """The vocabulary from the counts of every unit of the vocabulary splits, in order."""
+    def build_vocab(self) -> Vocab | Subword:
+        """The vocabulary from the counts of every unit of the vocabulary splits, in order (or
+        the BPE tokenizer trained on their documents)."""
+        if self.bpe:
+            return self.remember_vocab(Subword.train_bpe(self.bpe, self.vocab_documents()))
         counts, missing = WordCounts(), []
         for unit in (u for u in self.units if u.split in self.vocab_splits):
             record = self.records.read("counts", unit, self.fingerprints[unit.split])
@@ -323,28 +371,39 @@ class Job:
                 f"them (txl-prepare ... --part I/N) again, then --merge"
             )
         words = counts.words()
-        voc = self.voc = Vocab.build(words, counts.counts, self.specials, self.min_count)
+        return self.remember_vocab(Vocab.build(words, counts.counts, self.specials, self.min_count))
+
+    def vocab_documents(self) -> Iterator[str]:
+        """The documents of the vocabulary splits, streamed in corpus order."""
+        for unit in (u for u in self.units if u.split in self.vocab_splits):
+            for piece in unit.pieces(self.settings.piece_bytes):
+                for texts, _ in self.documents.texts(*piece, self.source_options):
+                    yield from texts
+
+    def remember_vocab(self, voc: Vocab | Subword) -> Vocab | Subword:
+        """Save a built vocabulary and record which inputs it was built from."""
+        self.voc = voc
         self.save_vocab(voc)
         self.records.write(
             "vocab", None, {"fingerprint": self.vocab_fingerprint, "sha256": voc.sha256}
         )
         return voc
 
-    def save_vocab(self, voc: Vocab) -> None:
-        """Write vocab.txt unless the same vocabulary is already there."""
+    def save_vocab(self, voc: Vocab | Subword) -> None:
+        """Write vocab.txt (tokenizer.json) unless the same vocabulary is already there."""
         if self.saved_vocab == voc.sha256:  # this job wrote or read it (spares a reload)
             return
         if not (
-            self.fs.exists(f"{self.out_path}/{VOCAB_FILE}")
-            and Vocab.load(vocab_url(self.out), self.out_options).sha256 == voc.sha256
+            self.fs.exists(self.vocab_path)
+            and self.vocab_type.load(self.vocab_at, self.out_options).sha256 == voc.sha256
         ):
             self.fs.makedirs(self.out_path, exist_ok=True)
-            voc.save(vocab_url(self.out), self.out_options)
+            voc.save(self.vocab_at, self.out_options)
         self.saved_vocab = voc.sha256
 
     # ------------------------------------------------------------ shards and manifests
 
-    def encoded(self, unit: Unit, voc: Vocab) -> dict | None:
+    def encoded(self, unit: Unit, voc: Vocab | Subword) -> dict | None:
         """The unit's record if its shards were written with this vocabulary and are all there."""
         record = self.records.read("unit", unit, self.fingerprints[unit.split])
         if record is None or record["vocab_sha256"] != voc.sha256:
@@ -356,7 +415,7 @@ class Job:
                 return None
         return record
 
-    def encode(self, units: list[Unit], voc: Vocab) -> None:
+    def encode(self, units: list[Unit], voc: Vocab | Subword) -> None:
         """Write each unit's shards, then its record."""
         for unit, results in self.unit_results(encode_piece, units, voc):
             split_dir = f"{self.out_path}/{unit.split}"
@@ -364,15 +423,18 @@ class Job:
             sink = ShardSink(
                 split_dir, unit.name, self.settings.sample_size, self.settings.shard_size, self.fs
             )
-            oov_tokens = 0
+            oov_tokens = bad_records = 0
             for piece in results:
                 sink.add(piece.ids, piece.doc_lengths)
                 oov_tokens += piece.oov_tokens
+                bad_records += piece.bad_records
+            if bad_records:
+                log.warning("%s: left out %d malformed records", unit.name, bad_records)
             shards = [asdict(s) for s in sink.close()]
             record = {"fingerprint": self.fingerprints[unit.split], "vocab_sha256": voc.sha256}
             self.records.write("unit", unit, {**record, "oov_tokens": oov_tokens, "shards": shards})
 
-    def write_manifest(self, split: str, voc: Vocab) -> Manifest:
+    def write_manifest(self, split: str, voc: Vocab | Subword) -> Manifest:
         """The split's manifest from its units' records (written last: a manifest means a
         complete split); shards no unit lists (from an earlier layout) are removed."""
         units = [u for u in self.units if u.split == split]
@@ -414,7 +476,7 @@ class Job:
             f"--source at the corpus's UTF-8 text files"
         )
 
-    def reusable(self, split: str, voc: Vocab) -> Manifest | None:
+    def reusable(self, split: str, voc: Vocab | Subword) -> Manifest | None:
         """The split's existing manifest if it was made from the same inputs and is complete."""
         url = manifest_url(self.out, split)
         if not self.fs.exists(manifest_url(self.out_path, split)):
@@ -429,7 +491,14 @@ class Job:
             path = f"{self.out_path}/{split}/{shard.url}"
             if not self.fs.exists(path) or self.fs.size(path) != shard.bytes:
                 return None
-        log.info("%s: reusing %d prepared shards", redact_text(url), len(manifest.shards))
+        return manifest
+
+    def reused(self, split: str, voc: Vocab) -> Manifest | None:
+        """reusable(), said once: the other callers only ask, merge() takes the manifest."""
+        manifest = self.reusable(split, voc)
+        if manifest is not None:
+            url = redact_text(manifest_url(self.out, split))
+            log.info("%s: reusing %d prepared shards", url, len(manifest.shards))
         return manifest
 
     def remove_manifest(self, split: str) -> None:
@@ -439,7 +508,7 @@ class Job:
     # ------------------------------------------------------------ running pieces
 
     def unit_results(
-        self, fn, units: list[Unit], voc: Vocab | None = None
+        self, fn, units: list[Unit], voc: Vocab | Subword | None = None
     ) -> Iterator[tuple[Unit, Iterator]]:
         """(unit, its pieces' results in order) for each unit; workers run ``fn`` on the
         pieces of all units back to back, so they never wait at a unit's end."""

@@ -1,11 +1,17 @@
 """Secrets out of everything we write or print: configs, checkpoints, wandb, logs, errors.
 
 One rule, applied wherever a config, a URL or a message built from them leaves the process:
-- every string under `storage_options` (fsspec credentials hide under many names);
-- the string value of any key whose name says key, secret, token, password or credential
-  (numbers are never secrets, so `n_token: 267735` stays);
-- the user-info of a URL (`http://user:pw@host` -> `http://***@host`) and query parameters
-  whose name says so (presigned `...?X-Amz-Signature=...`).
+- every string under a storage section (`storage_options` and the like: fsspec credentials
+  hide under many names);
+- the string value of a key whose name is a credential's: one of its words is secret,
+  password or the like, the whole name is a known one (`key`, `token`, `sig`, ...), or it
+  ends in a known name of several words (`aws_session_token`, `wandb_api_key`). Names are
+  matched by whole words, never by prefix, so ordinary settings (`n_token`, `max_tokens`,
+  `tokenizer`, `sort_key`) keep their values, and numbers are never secrets;
+- the user-info of a URL (`http://user:p@ss@host` -> `http://***@host`, up to the host's last
+  `@`) and query parameters whose name is a credential's (`?X-Amz-Signature=`, `?sig=`).
+
+Every pattern runs in time linear in the text: messages quote fields of untrusted files.
 """
 
 from __future__ import annotations
@@ -16,25 +22,50 @@ from typing import Any
 REDACTED = "***"
 # Dicts whose every string is a secret candidate (credentials under backend-specific names).
 SECRET_SECTIONS = frozenset({"storage_options", "out_options", "client_kwargs", "headers"})
-_SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "auth", "signature")
-_NAME_PARTS = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
-_URL_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s'\"]+@")
-_SECRET_QUERY = re.compile(
-    r"([?&][^=&\s'\"#]*(?:" + "|".join(_SECRET_WORDS) + r")[^=&\s'\"#]*=)[^&\s'\"#]+",
-    re.IGNORECASE,
+# A name holding one of these words names a secret (`aws_secret_access_key`, `X-Amz-Credential`).
+SECRET_WORDS = frozenset(
+    {"secret", "password", "passwd", "passphrase", "credential", "credentials", "signature"}
 )
+# Names (words joined by `_`, lower case) of credentials that hold no such word: a name is one
+# of them, or ends in one of several words (`my_api_key`; but `n_token` is not `token`).
+CREDENTIAL_NAMES = frozenset(
+    {
+        "key", "token", "auth", "authorization", "sig", "sas", "code", "pw", "pwd", "apikey",
+        "hf_token", "api_key", "api_token", "access_key", "access_key_id", "secret_key",
+        "private_key", "account_key", "sas_token", "access_token", "refresh_token",
+        "session_token", "security_token", "auth_token", "bearer_token", "id_token",
+        "connection_string",
+    }
+)  # fmt: skip
+_COMPOUND_NAMES = tuple(f"_{name}" for name in CREDENTIAL_NAMES if "_" in name)
+_NAME_PARTS = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+# The authority after `://` ends at the first /, ?, # or space; user-info is all of it up to its
+# last @ (a password may hold @ or a quote). One scan per `://`, authorities never overlap.
+_URL_USERINFO = re.compile(r"://[^/?#\s]*@")
+# `?name=value` / `&name=value`: a name never holds ? or &, so each try stops at the next one.
+_QUERY_PARAMETER = re.compile(r"([?&])([^?&=\s'\"#]*)=([^&\s'\"#]*)")
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether a key named `name` holds a secret: one of its words is a secret word."""
+    """Whether a key or query parameter named `name` holds a secret."""
     words = [w.lower() for w in _NAME_PARTS.split(name) if w]
-    return any(w.startswith(secret) for w in words for secret in _SECRET_WORDS)
+    joined = "_".join(words)
+    return (
+        joined in CREDENTIAL_NAMES
+        or joined.endswith(_COMPOUND_NAMES)
+        or any(w in SECRET_WORDS for w in words)
+    )
 
 
 def redact_text(text: str) -> str:
     """A message or URL with URL credentials and secret query parameters replaced by ***."""
-    text = _URL_USERINFO.sub(rf"\g<1>{REDACTED}@", text)
-    return _SECRET_QUERY.sub(rf"\g<1>{REDACTED}", text)
+    text = _URL_USERINFO.sub(f"://{REDACTED}@", text)
+    return _QUERY_PARAMETER.sub(_redact_parameter, text)
+
+
+def _redact_parameter(match: re.Match) -> str:
+    mark, name, value = match.groups()
+    return f"{mark}{name}={REDACTED if value and is_secret_name(name) else value}"
 
 
 def redact(value: Any, secret: bool = False) -> Any:

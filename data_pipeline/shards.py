@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import webdataset as wds
 
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.errors import (
     ChecksumError,
     DataError,
@@ -413,15 +414,18 @@ def decode_sample(
 
 def verify(root: str, storage_options: dict | None = None) -> list[str]:
     """Re-check a prepared dataset end to end; returns what was checked, raises on a problem."""
-    vocab = Vocab.load(vocab_url(root), storage_options)
     fs, root_path = filesystem(root, storage_options)
+    if fs.exists(f"{root_path}/{TOKENIZER_FILE}"):  # a record dataset's subword tokenizer
+        vocab = Subword.load(f"{root.rstrip('/')}/{TOKENIZER_FILE}", storage_options)
+    else:
+        vocab = Vocab.load(vocab_url(root), storage_options)
     splits = [s for s in ("train", "valid", "test") if fs.exists(f"{root_path}/{s}/manifest.json")]
     if not splits:
         raise ManifestError(f"no split manifests under {root}")
     return [verify_split(manifest_url(root, s), vocab, storage_options) for s in splits]
 
 
-def verify_split(url: str, vocab: Vocab, storage_options: dict | None = None) -> str:
+def verify_split(url: str, vocab: Vocab | Subword, storage_options: dict | None = None) -> str:
     """Check one split: vocab identity, every shard's size and sha256, every sample."""
     manifest = load_manifest(url, storage_options)
     if manifest.vocab_sha256 != vocab.sha256 or manifest.vocab_size != len(vocab):

@@ -7,7 +7,13 @@ import pytest
 
 from data_pipeline.cli import main as prepare_main
 from tests.conftest import REPO_ROOT
-from txl_dist.config import ConfigError, apply_overrides, load_run_config, run_config_from_dict
+from txl_dist.config import (
+    ConfigError,
+    apply_overrides,
+    load_run_config,
+    naming_txl_set,
+    run_config_from_dict,
+)
 
 PRESETS = [
     "tiny", "wt103_base", "large", "lm1b_base", "lm1b_large", "enwik8_base", "enwik8_large",
@@ -105,6 +111,8 @@ def test_n_token_auto_reads_the_vocabulary_size_of_the_data(tmp_path, shared_dat
         ("train", "hang_timeout_s", 0, r"train\.hang_timeout_s must be positive, got 0"),
         ("train", "checkpoint_timeout_s", -1, r"train\.checkpoint_timeout_s must be positive"),
         ("train", "checkpoint_timeout_s", None, r"train\.checkpoint_timeout_s must be float"),
+        ("train", "profile_steps", [5, 3], r"train\.profile_steps must be \[START, END\]"),
+        ("train", "profile_steps", [0, 3], r"train\.profile_steps must be \[START, END\]"),
     ],
 )
 def test_bad_values_name_the_key(section, key, value, message):
@@ -138,7 +146,7 @@ def test_txl_set_overrides_apply_after_set_and_are_named_in_errors(tmp_path):
         str(path), ["train.max_steps=100", "train.seed=7"], ["train.max_steps=3"]
     )
     assert config.train.max_steps == 3 and config.train.seed == 7
-    with pytest.raises(ConfigError, match=r"^TXL_SET max_steps\.\.\.: expected section\.key"):
+    with pytest.raises(ConfigError, match=r"^TXL_SET entry 1 of 1 \(not shown: .*section\.key"):
         load_run_config(str(path), [], ["max_steps=3"])
     with pytest.raises(ConfigError, match=r"^TXL_SET model\.d_model\.x: d_model is not a section"):
         load_run_config(str(path), [], ["model.d_model.x=1"])
@@ -176,3 +184,28 @@ def test_config_public_dict_and_errors_never_show_secrets():
     with pytest.raises(ConfigError) as err:
         apply_overrides(preset("tiny"), ["data.storage_options.secret:SECRET_5"])
     assert "data.storage_options.secret" in str(err.value) and "SECRET_5" not in str(err.value)
+    # A value with a space, split by TXL_SET: its second half is not echoed.
+    env = ["data.storage_options.headers.Authorization=Bearer", "sk-live-SECRET_6"]
+    with pytest.raises(ConfigError) as err:
+        apply_overrides(preset("tiny"), [*env, "train.max_steps=3"], "TXL_SET")
+    assert str(err.value) == (
+        "TXL_SET entry 2 of 3 (not shown: it may hold a secret): expected section.key=value; "
+        "TXL_SET splits at whitespace: set a value with spaces by --set"
+    )
+
+
+def test_a_string_under_an_ordinary_key_is_echoed_in_its_error():
+    with pytest.raises(ConfigError, match=r"^model\.n_token must be int, got 'abc' \(str\)$"):
+        run_config_from_dict(apply_overrides(preset("tiny"), ["model.n_token=abc"]))
+
+
+def test_an_error_naming_a_txl_set_key_says_it_came_from_txl_set():
+    env = ["train.max_steps=0", "logging.log_interval=1"]
+    with pytest.raises(ConfigError) as err:
+        run_config_from_dict(apply_overrides(preset("tiny"), env, "TXL_SET"))
+    assert naming_txl_set(str(err.value), env) == (
+        "train.max_steps must be at least 1, got 0 "
+        "(train.max_steps set by TXL_SET in the environment)"
+    )
+    # a key merely beginning like it is not the one set
+    assert naming_txl_set("train.max_steps_x is wrong", env) == "train.max_steps_x is wrong"

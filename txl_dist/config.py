@@ -115,7 +115,7 @@ class TrainConfig:
     max_nonfinite_steps: int = 10
     """Abort after this many consecutive steps with a non-finite loss."""
     peak_tflops: float | None = None
-    """Peak dense TFLOP/s of one device for MFU; null means known GPUs' bf16 peak."""
+    """Peak dense TFLOP/s of one device for MFU; null: a known GPU's peak in the run's precision."""
     activation_checkpointing: bool = False
     """Recompute each layer's activations in backward to save memory."""
     compile: bool = False
@@ -130,8 +130,15 @@ class TrainConfig:
     """The same for a checkpoint save or load, the start-up and the first (compiling) steps."""
     max_micro_rows: int | None = None
     """Most rows one device runs at once; micro batch and accumulation are derived from it."""
+    profile_steps: list[int] | None = None
+    """[START, END]: steps traced by torch's profiler into OUT_DIR/profile/ (null: none)."""
 
     def __post_init__(self) -> None:
+        steps = self.profile_steps
+        if steps is not None and (len(steps) != 2 or not 1 <= steps[0] <= steps[1]):
+            raise ValueError(
+                f"train.profile_steps must be [START, END] with 1 <= START <= END, got {steps}"
+            )
         if self.max_micro_rows is not None and self.max_micro_rows < 1:
             raise ValueError(f"train.max_micro_rows must be at least 1, got {self.max_micro_rows}")
         for name in ("global_rows", "max_steps", "keep_last", "max_nonfinite_steps"):
@@ -254,7 +261,8 @@ def run_config_from_dict(values: dict[str, Any]) -> RunConfig:
     return section_from_dict(RunConfig, values)
 
 
-_OVERRIDE_KEY = re.compile(r"[A-Za-z0-9_.-]*")
+TXL_SET = "TXL_SET"  # the environment variable of whitespace-separated overrides
+_DOTTED_KEY = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)+")
 
 
 def apply_overrides(
@@ -263,13 +271,10 @@ def apply_overrides(
     """Apply `section.key=value` strings (value parsed as JSON, else taken as a string); errors
     name them as `origin` (--set or TXL_SET)."""
     values = copy.deepcopy(values)
-    for override in overrides:
+    for number, override in enumerate(overrides, 1):
         path, sep, raw = override.partition("=")
         if not sep or "." not in path:
-            # Only the key's leading name is echoed: the rest may be a secret typed with a
-            # wrong separator (--set data.storage_options.secret:VALUE).
-            shown = _OVERRIDE_KEY.match(path).group(0)
-            raise ConfigError(f"{origin} {shown}...: expected section.key=value")
+            raise ConfigError(_malformed(override, origin, f"entry {number} of {len(overrides)}"))
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
@@ -282,6 +287,31 @@ def apply_overrides(
                 raise ConfigError(f"{origin} {path}: {part} is not a section")
         node[leaf] = value
     return values
+
+
+def _malformed(entry: str, origin: str, position: str) -> str:
+    """The error for an entry that is not section.key=value. Only a leading `section.key` is
+    echoed: the rest may be a secret, typed with a wrong separator (--set
+    data.storage_options.secret:VALUE) or split off at a space by TXL_SET (`...=Bearer sk-...`)."""
+    key = _DOTTED_KEY.match(entry)
+    sections = {field.name for field in dataclasses.fields(RunConfig)}
+    if key and key.group(0).partition(".")[0] in sections:
+        shown = f"{key.group(0)}..."
+    else:
+        shown = "not shown: it may hold a secret"
+    split = f"; {TXL_SET} splits at whitespace: set a value with spaces by --set"
+    hint = split if origin == TXL_SET else ""
+    return f"{origin} {position} ({shown}): expected section.key=value{hint}"
+
+
+def naming_txl_set(message: str, env_overrides: list[str]) -> str:
+    """`message`, saying where it came from when it names a key that TXL_SET set (a variable
+    left set in a shell is easy to forget)."""
+    keys = [entry.partition("=")[0] for entry in env_overrides]
+    named = [k for k in keys if re.search(rf"(?<![\w.]){re.escape(k)}(?!\w)", message)]
+    if not named:
+        return message
+    return f"{message} ({', '.join(named)} set by {TXL_SET} in the environment)"
 
 
 def load_run_config(
@@ -299,7 +329,7 @@ def load_run_config(
     except json.JSONDecodeError as err:
         raise ConfigError(f"config file {redact_text(path)} is not valid JSON: {err}") from err
     values = apply_overrides(values, list(overrides))
-    values = apply_overrides(values, list(env_overrides), "TXL_SET")
+    values = apply_overrides(values, list(env_overrides), TXL_SET)
     return run_config_from_dict(resolve_vocab_size(values))
 
 

@@ -21,6 +21,9 @@ reference prepares it:
   contains the split name, else every file is ``train``. Lines are tokenized as WikiText; a
   document is a block between blank lines (``--text-docs block``, the blank lines themselves are
   not tokens) or a whole file (``--text-docs file``).
+* jsonl, parquet: ``*.jsonl`` / ``*.jsonl.gz`` / ``*.jsonl.zst`` or ``*.parquet`` files, split as
+  text's are; each record's ``--text-field`` is a document, tokenized by a subword tokenizer
+  (``--tokenizer``, records.py).
 """
 
 from __future__ import annotations
@@ -38,6 +41,14 @@ from data_pipeline.corpora.encoding import (
     encode_text_blocks,
     encode_text_file,
     encode_wikitext,
+)
+from data_pipeline.corpora.records import (
+    JSONL_SUFFIXES,
+    PARQUET_SUFFIXES,
+    JsonLines,
+    ParquetRows,
+    RecordFileNames,
+    Texts,
 )
 from data_pipeline.corpora.splits import Lm1bFiles, NamedFiles, SplitLayout, TextFiles
 from data_pipeline.vocab import EOS, SENTENCE, UNK_LM1B, UNK_WIKI
@@ -80,6 +91,8 @@ class Dataset:
     """The archive used without ``--source``; None: ``--source`` is required."""
     cut_by_position: bool = False
     """The corpus is one file, cut by position into its splits of ``--test-chars`` (charlevel)."""
+    subword: bool = False
+    """Its documents are tokenized by a subword tokenizer (``--tokenizer``), not a vocabulary."""
 
     @property
     def level(self) -> str:
@@ -188,6 +201,18 @@ DATASETS: dict[str, Dataset] = {
             file_documents=Documents("text-file", WordLines(encode_text_file)),
             specials=(EOS, UNK_WIKI),
             min_count=1,
+        ),
+        Dataset(
+            name="jsonl",
+            splits=RecordFileNames("jsonl", suffixes=JSONL_SUFFIXES),
+            documents=JsonLines("jsonl", Texts()),
+            subword=True,
+        ),
+        Dataset(
+            name="parquet",
+            splits=RecordFileNames("parquet", suffixes=PARQUET_SUFFIXES),
+            documents=ParquetRows("parquet", Texts()),
+            subword=True,
         ),
     )
 }

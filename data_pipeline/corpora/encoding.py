@@ -59,6 +59,8 @@ class EncodedChunk:
     """Bytes of the source file this chunk accounts for (for progress)."""
     oov_tokens: int = 0
     """Tokens mapped to the vocabulary's unknown token that are not that token themselves."""
+    bad_records: int = 0
+    """Malformed records left out (record corpora with --skip-bad-records)."""
 
     @classmethod
     def empty(cls) -> EncodedChunk:

@@ -29,6 +29,7 @@ from data_pipeline.corpora.splits import SPLITS, SplitLayout, splits_in
 from data_pipeline.errors import ChecksumError, CorpusFormatError, SourceUnreachableError, reading
 
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
+GLOB = re.compile(r"[*?[]")
 
 
 def parse_checksum(spec: str) -> tuple[str, str]:
@@ -242,8 +243,11 @@ def split_files(
     """Map each split present in ``source`` to its files (fsspec URLs, sorted)."""
     fs, root = fsspec.core.url_to_fs(source, **(storage_options or {}))
     with reading("source", source):
-        is_dir = fs.isdir(root)
-        files = sorted(fs.find(root)) if is_dir else [root] if fs.exists(root) else []
+        if GLOB.search(root):  # a glob: its files, split as under the directory it starts in
+            files, root, is_dir = sorted(fs.glob(root)), GLOB.split(root)[0].rsplit("/", 1)[0], True
+        else:
+            is_dir = fs.isdir(root)
+            files = sorted(fs.find(root)) if is_dir else [root] if fs.exists(root) else []
     if not files:
         raise SourceUnreachableError(
             f"source {source} does not exist or holds no files; check --source"

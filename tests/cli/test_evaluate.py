@@ -17,6 +17,7 @@ from data_pipeline.cli import main as prepare_main
 from data_pipeline.streams import IGNORE_INDEX
 from data_pipeline.vocab import EOS, Vocab
 from tests.data_pipeline.paper_inputs import write_zip
+from txl_dist.cli import USAGE_ERROR
 from txl_dist.cli.evaluate import EvalReport, TextBatches, main, render, text_ids
 from txl_dist.context import SweepRow, effective_context, read_csv, recl
 from txl_dist.engine.dist import World
@@ -116,7 +117,7 @@ def test_char_level_data_is_scored_in_bits_per_character(capsys, tmp_path):
     shown = render(SweepResult([SweepRow(**r) for r in sweep["rows"]], 0.01, {}, {}), False)
     assert shown.splitlines()[0].split()[-2:] == ["bpc", "tokens"] and "ppl" not in shown
     (tmp_path / "words.txt").write_text("a few words\n")
-    assert main(["--model", str(model_dir), "--text", str(tmp_path / "words.txt")]) == 1
+    assert main(["--model", str(model_dir), "--text", str(tmp_path / "words.txt")]) == USAGE_ERROR
     assert "character-level model" in capsys.readouterr().err
 
 
@@ -136,17 +137,17 @@ def test_bad_inputs_are_clear_errors(capsys, corpus, model_dir, tmp_path):
     shutil.copytree(model_dir, tmp_path / "no_vocab")
     (tmp_path / "no_vocab" / "vocab.txt").unlink()
     text = corpus / "src" / "valid.txt"
-    assert main(["--model", str(tmp_path / "no_vocab"), "--text", str(text)]) == 1
+    assert main(["--model", str(tmp_path / "no_vocab"), "--text", str(text)]) == USAGE_ERROR
     assert "no vocab.txt" in capsys.readouterr().err
 
     shutil.copytree(model_dir, tmp_path / "other_vocab")
     size = len(Vocab.load(str(corpus / "data" / "vocab.txt")))
     Vocab([f"x{i}" for i in range(size)]).save(str(tmp_path / "other_vocab" / "vocab.txt"))
     data = ["--data", str(corpus / "data"), "--split", "valid"]
-    assert main(["--model", str(tmp_path / "other_vocab"), *data]) == 1
+    assert main(["--model", str(tmp_path / "other_vocab"), *data]) == USAGE_ERROR
     assert "another vocabulary" in capsys.readouterr().err
 
-    assert main(["--model", str(tmp_path), *data]) == 1
+    assert main(["--model", str(tmp_path), *data]) == USAGE_ERROR
     assert "config.json" in capsys.readouterr().err
 
 
@@ -251,17 +252,18 @@ def test_models_that_cannot_be_compared_are_refused(capsys, corpus, model_dir, t
     config = json.loads((other / "config.json").read_text())
     (other / "config.json").write_text(json.dumps({**config, "eval_tgt_len": 4}))
     group = ["--model", str(model_dir), "--model", str(other), *data, "--sweep-mem-len", "4"]
-    assert main(group) == 1
+    assert main(group) == USAGE_ERROR
     assert "pass --tgt-len" in capsys.readouterr().err
     assert main([*group, "--tgt-len", "4"]) == 0
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as refused:
         main(["--model", str(model_dir), "--model", str(model_dir), *data, "--sweep-mem-len", "4"])
+    assert refused.value.code == USAGE_ERROR  # argparse's refusals and ours: one exit status
     assert "each --model once" in capsys.readouterr().err
     # same_length with no memory attends to nothing: refused, plain or in a clamp sweep
-    assert main(["--model", str(model_dir), *data, "--mem-len", "0"]) == 1
+    assert main(["--model", str(model_dir), *data, "--mem-len", "0"]) == USAGE_ERROR
     assert "--same-length false" in capsys.readouterr().err
     clamp_sweep = [*data, "--mem-len", "0", "--sweep-clamp-len", "2"]
-    assert main(["--model", str(model_dir), *clamp_sweep]) == 1
+    assert main(["--model", str(model_dir), *clamp_sweep]) == USAGE_ERROR
     assert "same_length needs mem_len >= 1" in capsys.readouterr().err
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from txl_dist.cli import USAGE_ERROR
 from txl_dist.cli.export import ExportError, main, open_checkpoint
 from txl_dist.engine.checkpoint import CheckpointState
 
@@ -13,7 +14,7 @@ from txl_dist.engine.checkpoint import CheckpointState
 def test_a_directory_without_a_checkpoint_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(ExportError, match="holds no checkpoint"):
         open_checkpoint(str(tmp_path))
-    assert main([str(tmp_path), str(tmp_path / "out")]) == 1
+    assert main([str(tmp_path), str(tmp_path / "out")]) == USAGE_ERROR
     assert "holds no checkpoint" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

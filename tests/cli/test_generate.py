@@ -10,6 +10,7 @@ import torch
 from data_pipeline.corpora.datasets import DATASETS
 from data_pipeline.vocab import Vocab
 from tests.data_pipeline import paper_inputs as pi
+from txl_dist.cli import USAGE_ERROR
 from txl_dist.cli.generate import CharDetokenizer, Sampling, generate, main, prompt_ids
 from txl_dist.model import TransformerXL, TXLConfig
 
@@ -92,7 +93,7 @@ def test_same_seed_same_text_streamed(model_dir, capsys):
 
 def test_missing_vocabulary_is_a_clear_error(model_dir, capsys):
     (model_dir / "vocab.txt").unlink()
-    assert main(["--model", str(model_dir), "--prompt", "w1"]) == 1
+    assert main(["--model", str(model_dir), "--prompt", "w1"]) == USAGE_ERROR
     assert "no vocab.txt" in capsys.readouterr().err
 
 
@@ -131,7 +132,7 @@ def test_an_enwik8_prompt_is_its_bytes_and_output_is_utf8_text(shared_data, tmp_
     words = CharDetokenizer("enwik8")
     new = "".join(words.text(vocab.tokens[t]) for t, _ in drawn)
     assert capsys.readouterr().out == prompt + new + "\n"
-    assert main(["--model", str(model_dir), "--max-tokens", "3"]) == 1
+    assert main(["--model", str(model_dir), "--max-tokens", "3"]) == USAGE_ERROR
     assert "needs a --prompt" in capsys.readouterr().err
 
 
@@ -143,8 +144,8 @@ def test_a_text8_model_prints_characters_and_refuses_others(shared_data, tmp_pat
     assert len(out) == len("of the") + 40 + 1 and set(out[:-1]) <= set(
         " abcdefghijklmnopqrstuvwxyz"
     )
-    assert main(["--model", str(model_dir), "--prompt", "Of the"]) == 1
+    assert main(["--model", str(model_dir), "--prompt", "Of the"]) == USAGE_ERROR
     assert "--prompt: byte 0 is b'O'" in capsys.readouterr().err
     (model_dir / "data.json").write_text(json.dumps({"dataset": "ptb-char", "level": "char"}))
-    assert main(["--model", str(model_dir), "--prompt", "of"]) == 1
+    assert main(["--model", str(model_dir), "--prompt", "of"]) == USAGE_ERROR
     assert "character-level model of 'ptb-char'" in capsys.readouterr().err

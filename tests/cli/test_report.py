@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from txl_dist.cli import USAGE_ERROR
 from txl_dist.cli.report import main, plot, plot_sweep, read_metrics, sweep_curves
 from txl_dist.context import CSV_FIELDS, SweepRow, read_csv, write_csv
 from txl_dist.scores import score
@@ -66,7 +67,7 @@ def test_a_char_level_run_plots_bits_per_character(tmp_path):
 
 
 def test_a_directory_without_metrics_is_a_clear_error(tmp_path, capsys):
-    assert main([str(tmp_path)]) == 1
+    assert main([str(tmp_path)]) == USAGE_ERROR
     assert "metrics.jsonl not found" in capsys.readouterr().err
 
 
@@ -84,7 +85,7 @@ def test_draws_only_the_latest_run_or_the_one_asked_for_with_its_restarts(tmp_pa
     assert latest.loss.points[4] == 4.0 and latest.restarts == [4]
     older = read_metrics(str(path), "a")
     assert older.loss.xy() == (list(range(1, 11)), [9.0] * 10) and older.restarts == []
-    assert main([str(tmp_path), "--run", "c"]) == 1
+    assert main([str(tmp_path), "--run", "c"]) == USAGE_ERROR
     assert "holds no run c (runs: a, b)" in capsys.readouterr().err
 
 
@@ -171,11 +172,11 @@ def test_a_sweep_csv_written_before_bpc_reads_as_perplexity(tmp_path):
 def test_bad_sweep_files_are_clear_errors(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     (tmp_path / "x.csv").write_text("step,loss\n1,2.0\n")
-    assert main(["--sweep", str(tmp_path / "x.csv")]) == 1
+    assert main(["--sweep", str(tmp_path / "x.csv")]) == USAGE_ERROR
     assert "not a txl-eval sweep CSV" in capsys.readouterr().err
     write_sweep(tmp_path / "mem.csv", {"a": [5.0, 4.9, 4.8]})
     write_sweep(tmp_path / "clamp.csv", {"b": [5.0, 4.9, 4.8]}, swept="clamp_len")
-    assert main(["--sweep", str(tmp_path / "mem.csv"), str(tmp_path / "clamp.csv")]) == 1
+    assert main(["--sweep", str(tmp_path / "mem.csv"), str(tmp_path / "clamp.csv")]) == USAGE_ERROR
     assert "one kind at a time" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--sweep", str(tmp_path / "mem.csv")])

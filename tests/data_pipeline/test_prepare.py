@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -124,11 +125,14 @@ def test_text_dataset_documents_are_blocks_or_files(tmp_path):
     assert files["train"].documents == 2
 
 
-def test_rerun_reuses_finished_splits(wt103, shared_data):
+def test_rerun_reuses_finished_splits_and_says_so_once_each(wt103, shared_data, caplog):
     tars = sorted((wt103 / "train").glob("*.tar")) + [wt103 / "valid" / "manifest.json"]
     before = [p.stat().st_mtime_ns for p in tars]
-    prepare("wikitext-103", str(wt103), str(shared_data / "wikitext-103"), **SMALL)
+    with caplog.at_level(logging.INFO):
+        manifests = prepare("wikitext-103", str(wt103), str(shared_data / "wikitext-103"), **SMALL)
     assert [p.stat().st_mtime_ns for p in tars] == before
+    said = Counter(r.getMessage().split(":")[0] for r in caplog.records if "reusing" in r.message)
+    assert said == {manifest_url(str(wt103), split): 1 for split in manifests}
 
 
 def test_changed_options_rewrite(shared_data, tmp_path):

@@ -1,5 +1,7 @@
 """One redaction rule for everything written or printed."""
 
+import json
+import time
 import traceback
 
 import pytest
@@ -15,6 +17,7 @@ from data_pipeline import (
 from data_pipeline.cli import main
 from data_pipeline.redact import REDACTED, is_secret_name, redact, redact_text
 from data_pipeline.storage import Retry
+from tests.conftest import REPO_ROOT
 
 
 def test_secret_names_and_plain_names():
@@ -28,10 +31,28 @@ def test_secret_names_and_plain_names():
         "Authorization",
         "credentials",
         "X-Amz-Signature",
+        "X-Amz-Security-Token",
+        "aws_session_token",
+        "wandb_api_key",
+        "aws_access_key_id",
     ):
         assert is_secret_name(name), name
     for name in ("keep_last", "tgt_len", "path", "endpoint_url", "monkey"):
         assert not is_secret_name(name), name
+    # whole words only: a word that merely starts like a credential's is an ordinary setting
+    for name in ("n_token", "max_tokens", "tokenizer", "sort_key", "keyboard", "author"):
+        assert not is_secret_name(name), name
+
+
+def test_ordinary_config_values_survive_redaction_unchanged():
+    settings = {
+        "model": {"n_token": "abc", "tokenizer": "s3://bucket/tok.json", "sort_key": "length"},
+        "eval": {"max_tokens": "all", "token_budget": "1e6"},
+    }
+    assert redact(settings) == settings
+    for preset in (REPO_ROOT / "configs").glob("*.json"):
+        values = json.loads(preset.read_text())
+        assert redact(values) == values, preset.name
 
 
 def test_redact_keeps_numbers_and_plain_values():
@@ -67,6 +88,37 @@ def test_redact_text_in_messages():
     assert redact_text(message) == (
         f"cannot open s3://{REDACTED}@bucket/x and https://{REDACTED}@h/p?token={REDACTED}#frag"
     )
+
+
+def test_more_credentials_in_urls_are_redacted_whole():
+    for query in ("sig", "code", "pw", "X-Amz-Credential", "X-Amz-Security-Token", "apiKey"):
+        url = f"https://acct.blob.core.windows.net/c/x?sv=2022&{query}=Zx9%2Bq&se=2030"
+        assert redact_text(url) == url.replace("Zx9%2Bq", REDACTED), query
+    for password in ("p@ss", "p'ss", "it's@home"):
+        url = f"http://alice:{password}@host:8000/data"
+        assert redact_text(f"cannot open {url}: gone") == (
+            f"cannot open http://{REDACTED}@host:8000/data: gone"
+        )
+
+
+# Inputs that made the earlier patterns backtrack over the whole text at every position.
+STALLING = {"letters": "a", "queries": "?", "ats": "@", "schemes": "a://x"}
+
+
+@pytest.mark.parametrize("name", STALLING)
+def test_redaction_takes_time_linear_in_the_text(name):
+    def seconds(size: int) -> float:
+        text = (STALLING[name] * size)[:size]
+        best = float("inf")
+        for _ in range(5):
+            started = time.perf_counter()
+            redact_text(text)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    seconds(1_000)  # warm
+    # 20 times the text: about 20 times the time when linear, 400 times when quadratic
+    assert seconds(20_000) / seconds(1_000) < 80
 
 
 PASSWORD, TOKEN = "pw-Kd93SECRET", "tok-Vb51SECRET"

@@ -5,14 +5,17 @@ gloo keeps a listener for peers even when it has none; it must stay on the loopb
 """
 
 import ast
+import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
+from txl_dist.engine.dist import say_if_building_the_kernel
 
 SCRIPT = """
 import os, torch, torch.distributed as dist
@@ -46,10 +49,7 @@ def test_one_process_listens_on_no_network_interface():
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1"}  # the reported setting
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"):
         env.pop(name, None)
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300,
-        cwd=REPO_ROOT, env=env,
-    )  # fmt: skip
+    proc = processes.run([sys.executable, "-c", SCRIPT], timeout=300, cwd=REPO_ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     listening = ast.literal_eval(proc.stdout.split("LISTENING ")[1].splitlines()[0])
     assert all(address.split(":")[0] in LOOPBACK for address in listening), listening
@@ -69,6 +69,7 @@ dist.barrier()
 """
 
 
+@pytest.mark.slow  # two ranks
 def test_two_cpu_ranks_leave_no_shared_memory_buffer_behind():
     # DeepSpeed's CPU op creates a 66 MiB /dev/shm buffer per rank and never removes it.
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
@@ -76,3 +77,16 @@ def test_two_cpu_ranks_leave_no_shared_memory_buffer_behind():
     outputs = processes.python_ranks(SHM_RANK, 2, timeout=300, cwd=REPO_ROOT, env=env)
     assert [out.split("LEFT ")[1].strip() for out in outputs] == ["False", "False"]
     assert not list(Path("/dev/shm").glob(f"deepspeed_*_{env['MASTER_PORT']}_*"))
+
+
+def test_a_first_run_says_before_the_kernel_build_and_later_runs_do_not(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # an empty cache: a first run
+    with caplog.at_level(logging.INFO, logger="txl_dist.engine.dist"):
+        say_if_building_the_kernel()
+        assert "building DeepSpeed's CPU shared-memory kernel" in caplog.text
+        caplog.clear()
+        monkeypatch.setenv("TORCH_EXTENSIONS_DIR", sys.prefix + "/torch_extensions")
+        say_if_building_the_kernel()  # this environment's cache: built by the runs above
+    assert caplog.text == ""

@@ -31,9 +31,11 @@ def config(data: Path, out_dir: Path, *overrides: str):
 
 
 def test_prepared_splits_and_a_writable_out_dir_pass(data, tmp_path):
-    preflight.check_before_training(config(data, tmp_path / "run", "data.test_split=null"))
-    cfg = config(data, tmp_path / "run", "data.test_split=null", "data.valid_split=null")
-    preflight.check_before_training(cfg)  # every split but train may be null
+    out_dir = tmp_path / "new" / "run"
+    assert preflight.check_before_training(config(data, out_dir, "data.test_split=null")) is None
+    assert out_dir.is_dir() and not list(out_dir.iterdir())  # made; its write probe left nothing
+    cfg = config(data, out_dir, "data.test_split=null", "data.valid_split=null")
+    assert preflight.check_before_training(cfg) is None  # every split but train may be null
 
 
 def test_a_missing_split_names_the_setting_and_how_to_skip_it(data, tmp_path):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.engine.test_checkpoint import fake_checkpoint
+from tests.engine.checkpoint.on_disk import fake_checkpoint
 from txl_dist.engine import run_dir
 from txl_dist.engine.run_dir import RunDirError
 

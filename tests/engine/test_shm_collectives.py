@@ -9,6 +9,9 @@ import pytest
 from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
+from txl_dist.engine.shm_collectives import KERNEL_NAME, kernel_needs_building
+
+pytestmark = pytest.mark.slow  # every test runs two ranks
 
 RANK = """
 import json, sys, torch, torch.distributed as dist
@@ -108,3 +111,13 @@ def test_ranks_on_several_machines_use_gloo_alone():
     for report in run_ranks(local_size="1"):  # what each node of a 2-node job says
         assert all(entry["equal"] for entry in report.values()), report
         assert all(entry["kernel"] == 0 for entry in report.values()), report
+
+
+def test_the_kernel_needs_building_until_the_extensions_cache_holds_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert kernel_needs_building()
+    (tmp_path / KERNEL_NAME).mkdir()
+    (tmp_path / KERNEL_NAME / f"{KERNEL_NAME}.so").write_bytes(
+        b""
+    )  # where torch's JIT build leaves it
+    assert not kernel_needs_building()

@@ -1,15 +1,15 @@
 """StopRequest: all ranks agree on stopping and on whether train.max_wallclock caused it."""
 
+import json
 import signal
-import subprocess
 import sys
 import textwrap
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests import processes
+from tests.conftest import REPO_ROOT
 from txl_dist.engine import signals
 from txl_dist.engine.signals import StopRequest, catch_stop_signals
 
@@ -53,27 +53,33 @@ def test_no_stop_before_the_deadline():
     assert not stop.agreed(CPU) and not stop.wallclock
 
 
-def _rank(rank: int, rendezvous: str, case: str, results) -> None:
-    # A file rendezvous: no TCP port to pick, so none another process could take first.
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
-    # Only rank 1 passes its deadline; in "signal" rank 0 got a signal too.
-    stop = StopRequest(max_wallclock=1e-9 if rank == 1 else 3600)
-    if case == "signal" and rank == 0:
-        signal.raise_signal(signal.SIGTERM)
-    # Flags are reduced in the background and read one call later: all ranks agree at call 2.
-    agreed = [stop.agreed(CPU), stop.agreed(CPU)]
-    stop.settle()
-    results[rank] = (agreed, stop.wallclock, stop.reason())
-    dist.destroy_process_group()
+AGREEING_RANK = """
+import json, signal, sys, torch, torch.distributed as dist
+from txl_dist.engine.signals import StopRequest
+rendezvous, case, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+# A file rendezvous: no TCP port to pick, so none another process could take first.
+dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
+# Only rank 1 passes its deadline; in "signal" rank 0 got a signal too.
+stop = StopRequest(max_wallclock=1e-9 if rank == 1 else 3600)
+if case == "signal" and rank == 0:
+    signal.raise_signal(signal.SIGTERM)
+# Flags are reduced in the background and read one call later: all ranks agree at call 2.
+cpu = torch.device("cpu")
+agreed = [stop.agreed(cpu), stop.agreed(cpu)]
+stop.settle()
+print("RESULT " + json.dumps([agreed, stop.wallclock, stop.reason()]), flush=True)
+dist.destroy_process_group()
+"""
 
 
+@pytest.mark.slow  # two ranks, twice
 def test_ranks_agree_on_the_reason(tmp_path):
-    manager = mp.Manager()
     for case, wallclock in (("deadline", True), ("signal", False)):
-        results = manager.dict()
         rendezvous = tmp_path / f"rendezvous-{case}"
-        mp.spawn(_rank, args=(str(rendezvous), case, results), nprocs=2)
-        assert [results[r][:2] for r in (0, 1)] == [([False, True], wallclock)] * 2
+        script = f"import sys; sys.argv[1:1] = [{str(rendezvous)!r}, {case!r}]\n{AGREEING_RANK}"
+        outputs = processes.python_ranks(script, 2, timeout=300, cwd=REPO_ROOT)
+        results = [json.loads(out.split("RESULT ")[1]) for out in outputs]
+        assert [result[:2] for result in results] == [[[False, True], wallclock]] * 2
     assert results[0][2] == "SIGTERM received"
     assert results[1][2] == "a stop signal on another rank"
 
@@ -95,7 +101,7 @@ def test_ctrl_c_stops_like_sigterm_and_a_later_second_one_exits_at_once():
         print("survived", flush=True)
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    proc = processes.run([sys.executable, "-c", script], timeout=60)
     assert proc.stdout == "SIGINT\n"
     assert proc.returncode == -signal.SIGINT
     assert proc.stderr == "[txl-dist] second Ctrl-C: exiting without a checkpoint\n"

@@ -1,7 +1,8 @@
 """The loop's order of train steps, logs, evaluations, saves and stops, with fake parts.
 
 One process, no DeepSpeed: a fake engine, a list-backed stream, a stop request that fires at a
-chosen step, and evaluation and saving that only record that they happened.
+chosen step, evaluation that only records that it happened, and the real Checkpointer's schedule
+and state with a write that only records them.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import torch
 
 from tests.conftest import REPO_ROOT
 from txl_dist.config import load_run_config
+from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
 from txl_dist.engine.dist import World
 from txl_dist.engine.evaluate import EvalResult
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
-from txl_dist.engine.train import NonFiniteLossError, RunState, Trainer
+from txl_dist.engine.profiling import OutOfDeviceMemoryError
+from txl_dist.engine.train import NonFiniteLossError, Trainer
 from txl_dist.engine.watchdog import Watchdog
+from txl_dist.model.accounting import rank_memory_bytes
 
 CPU = torch.device("cpu")
 ROWS, TGT_LEN = 2, 3
@@ -30,11 +34,14 @@ class FakeEngine:
     """What the loop uses of a DeepSpeed engine; the loss is the step count, so logs show it."""
 
     def __init__(self, events: list[str], watchdog: Watchdog):
-        self.events, self.steps, self.nan_from = events, 0, None
+        self.events, self.steps, self.nan_from, self.oom_at = events, 0, None, None
         self.watchdog, self.phases = watchdog, []  # the watchdog's phase at each step
+        self.saved = []  # the states of the checkpoints saved
 
     def __call__(self, input_ids, targets, mems):
         diverged = self.nan_from is not None and self.steps + 1 >= self.nan_from
+        if self.steps + 1 == self.oom_at:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         loss = torch.full(targets.shape, math.nan if diverged else float(self.steps))
         loss.requires_grad_()
         return SimpleNamespace(loss=loss, mems=[input_ids.float().unsqueeze(-1)])
@@ -75,6 +82,16 @@ class ListStreams:
         self.closed = True
 
 
+class SavesAsEvents(Checkpointer):
+    """A Checkpointer whose write records the state and the watchdog's phase, nothing else."""
+
+    def write(self, state: CheckpointState) -> str:
+        self.engine.events.append(f"save@{state.step}")
+        self.engine.phases.append(self.engine.watchdog.current)
+        self.engine.saved.append(state)
+        return f"checkpoints/global_step{state.step}"
+
+
 class StopAt:
     """A stop request that all ranks agree on after step `step`."""
 
@@ -105,25 +122,22 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, **train):
         engine.phases.append(watchdog.current)
         return EvalResult(loss=1.0, ppl=2.7, tokens=6, seconds=0.1)
 
-    def save_checkpoint(state):
-        events.append(f"save@{state.step}")
-        engine.phases.append(watchdog.current)
-        return f"checkpoints/global_step{state.step}"
-
+    world, memory = World(rank=0, local_rank=0, world_size=1), MemoryBank(1)
+    checkpoints = SavesAsEvents.for_run(engine, memory, config, world, ROWS, start_step or None)
     return Trainer(
         config=config,
-        world=World(rank=0, local_rank=0, world_size=1),
+        world=world,
         device=CPU,
         engine=engine,
         scheduler=SimpleNamespace(get_last_lr=lambda: [1e-3]),
         streams=ListStreams(config.train.max_steps),
-        memory=MemoryBank(1),
+        memory=memory,
         metrics=Metrics(str(tmp_path), enabled=True, run={"run_id": "r", "restart": 0}),
         stop=StopAt(stop_at, lambda: engine.steps),
         watchdog=watchdog,
         evaluate_split=evaluate_split,
-        save_checkpoint=save_checkpoint,
-        state=RunState(run_id="r", step=start_step),
+        checkpoints=checkpoints,
+        state=RunState(run_id="r", step=start_step, restarts=1 if start_step else 0),
         micro=ROWS,
         accum=1,
     )
@@ -183,6 +197,18 @@ def test_a_resumed_run_continues_from_its_step(tmp_path, valid_split):
     final_eval = ["eval:valid@6"] if valid_split else []
     assert events == ["step5", "step6", "save@6", *final_eval]
     assert logged_steps(tmp_path) == [6]
+    # The checkpoint records the trainer's place and the stream's (2 batches read since start).
+    (saved,) = trainer.engine.saved
+    assert (saved.step, saved.run_id, saved.restarts, saved.stream) == (6, "r", 1, {"position": 2})
+    assert (saved.world_size, saved.rows_per_rank, saved.vocab_sha256) == (1, ROWS, "ab" * 32)
+
+
+def test_a_run_resumed_at_its_last_step_saves_nothing_again(tmp_path):
+    events = []
+    trainer = make_trainer(tmp_path, events, start_step=4, max_steps=4, eval_interval=0)
+    trainer.config.data.valid_split = trainer.config.data.test_split = None
+    assert trainer.run() is None
+    assert events == []
 
 
 def test_non_finite_losses_end_the_run_at_the_next_log_line_and_before_any_save(tmp_path):
@@ -223,3 +249,19 @@ def test_steps_evaluations_and_saves_run_as_phases_with_their_timeouts(tmp_path)
         ("evaluation", 3, 60, "train.hang_timeout_s"),
     ]
     assert trainer.watchdog.current is None  # nothing left armed after the run
+
+
+def test_out_of_memory_in_a_step_ends_the_run_naming_txl_inspects_estimate(tmp_path):
+    trainer = make_trainer(tmp_path, [], max_steps=6)
+    trainer.engine.oom_at = 3
+    estimate = rank_memory_bytes(trainer.config.model, 2, 1, ROWS) / 2**30  # tiny: ZeRO-2 bf16
+    with pytest.raises(OutOfDeviceMemoryError, match=f"estimates {estimate:.2f} GiB a rank"):
+        trainer.run()
+
+
+def test_updates_deepspeed_skipped_for_overflow_are_logged_as_skipped_steps(tmp_path):
+    trainer = make_trainer(tmp_path, [], max_steps=4)
+    trainer.engine.skipped_steps = 3  # fp16 overflows: finite losses, updates skipped
+    trainer.run()
+    rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["skipped_steps"] for r in rows if "split" not in r] == [3, 3]

@@ -20,6 +20,8 @@ TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 PRETRAIN = str(REPO_ROOT / "launch" / "pretrain.py")
 # launch/pretrain.py that also saves the engine's optimizer state when it starts and ends
 PRETRAIN_DUMPING = str(Path(__file__).with_name("pretrain_dumping.py"))
+# launch/pretrain.py whose save of step $TXL_TEST_PAUSE_IN_SAVE stops inside, after the write
+PRETRAIN_PAUSING = str(Path(__file__).with_name("pretrain_pausing.py"))
 STEPS = 30  # training steps of each ZeRO-stage run
 K = 6  # steps before the interruption in the resume tests
 

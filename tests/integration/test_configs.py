@@ -25,7 +25,7 @@ from tests.conftest import REPO_ROOT
 from tests.data_pipeline.paper_inputs import enwik8_bytes, write_zip
 from tests.integration.real_size import lm1b_real_size, wikitext_real_size
 from tests.integration.runs import DEEPSPEED, PRETRAIN, free_port, records
-from txl_dist.cli import evaluate
+from txl_dist.cli import USAGE_ERROR, evaluate
 from txl_dist.cli.export import export
 from txl_dist.config import load_run_config
 from txl_dist.model.accounting import build_on_meta, count_parameters
@@ -188,5 +188,6 @@ def test_enwik8_base_trains_reports_bpc_checkpoints_and_exports(tmp_path, enwik8
     assert f"bpc {report['bpc']:.4f}" in table and "ppl" not in table
     # A character-level model does not read a text file as words.
     (tmp_path / "words.txt").write_text("some words\n")
-    assert evaluate.main(["--model", str(export_dir), "--text", str(tmp_path / "words.txt")]) == 1
+    words = ["--model", str(export_dir), "--text", str(tmp_path / "words.txt")]
+    assert evaluate.main(words) == USAGE_ERROR
     assert "character-level model" in capsys.readouterr().err

@@ -14,7 +14,8 @@ import pytest
 
 from tests import processes
 from tests.conftest import REPO_ROOT
-from tests.integration.runs import PRETRAIN, command, training_after
+from tests.integration.pretrain_pausing import PAUSE_IN_SAVE_ENV
+from tests.integration.runs import PRETRAIN, PRETRAIN_PAUSING, command, training_after
 from txl_dist.engine import checkpoint
 from txl_dist.engine.watchdog import HANG_EXIT_CODE
 
@@ -72,9 +73,10 @@ def test_a_hung_save_ends_the_run_within_the_checkpoint_timeout(wikitext, tmp_pa
     out = tmp_path / "saving"
     timeout_s = 20  # also the start-up's and the first step's: room for a loaded machine
     overrides = ["train.save_interval=2", f"train.checkpoint_timeout_s={timeout_s}"]
-    env = {**os.environ, checkpoint.PAUSE_IN_SAVE_ENV: "2"}  # the save of step 2 never ends
+    env = {**os.environ, PAUSE_IN_SAVE_ENV: "2"}  # the save of step 2 never ends
     started = time.monotonic()
-    proc = processes.run(command(out, wikitext, 1, overrides, None), 120, cwd=REPO_ROOT, env=env)
+    cmd = command(out, wikitext, 1, overrides, None, script=PRETRAIN_PAUSING)
+    proc = processes.run(cmd, 120, cwd=REPO_ROOT, env=env)
     print(f"a hung save ended the run {time.monotonic() - started:.1f} s after the start")
     assert proc.returncode == HANG_EXIT_CODE, proc.stderr[-3000:]
     (line,) = [line for line in proc.stderr.splitlines() if " hung: " in line]

@@ -22,8 +22,10 @@ import torch
 
 from tests import processes
 from tests.conftest import REPO_ROOT, small_disk
+from tests.integration.pretrain_pausing import PAUSE_IN_SAVE_ENV
 from tests.integration.runs import (
     PRETRAIN_DUMPING,
+    PRETRAIN_PAUSING,
     STEPS,
     K,
     command,
@@ -99,11 +101,26 @@ def repeated(rows: list[dict]) -> list[dict]:
     return [{key: row.get(key) for key in REPEATED} for row in rows]
 
 
+CONSOLE = "console.txt"  # beside a fixture's run: what its command printed
+
+
 @pytest.fixture(scope="session")
 def uninterrupted(small_corpus, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("uninterrupted")
-    train(out, small_corpus, overrides=[*HARD_RESUME, "logging.wandb.mode=offline"])
+    settings = [*HARD_RESUME, "train.profile_steps=[2,3]"]
+    proc = train(
+        out, small_corpus, overrides=settings, env={"TXL_SET": "logging.wandb.mode=offline"}
+    )
+    (out.parent / f"{out.name}-{CONSOLE}").write_text(proc.stdout + proc.stderr)
     return out
+
+
+def test_profile_steps_write_a_trace_per_rank(uninterrupted):
+    traces = sorted((uninterrupted / "profile").iterdir())
+    assert [t.name for t in traces] == ["rank0-steps2-3.json", "rank1-steps2-3.json"]
+    for trace in traces:
+        names = {event.get("name") for event in json.loads(trace.read_text())["traceEvents"]}
+        assert "aten::mm" in names, trace  # the steps' matmuls
 
 
 def test_resume_repeats_losses_lr_and_evaluations_bit_for_bit(
@@ -211,6 +228,25 @@ def test_wandb_offline_run_holds_the_metrics(uninterrupted):
     assert b"train/loss" in data and b"valid/ppl" in data
 
 
+def test_a_run_ends_with_its_summary_on_a_quiet_console(uninterrupted):
+    console = (uninterrupted.parent / f"{uninterrupted.name}-{CONSOLE}").read_text()
+    assert "[txl-dist] TXL_SET overrides logging.wandb.mode" in console
+    tag = uninterrupted / "checkpoints" / f"global_step{2 * K}"
+    final = [r for r in records(uninterrupted) if r.get("split") == "valid"][-1]
+    summary = console[console.index("[txl-dist] finished: ") :].splitlines()
+    assert summary[:6] == [
+        f"[txl-dist] finished: {2 * K} steps",
+        f"[txl-dist]   valid ppl {final['ppl']:.2f}  loss {final['loss']:.4f}  (step {2 * K})",
+        f"[txl-dist]   checkpoint {tag}",
+        "[txl-dist] next:",
+        f"[txl-dist]   export:    txl-export {tag} {uninterrupted}-export",
+        "[txl-dist]   train on:  raise train.max_steps, then the same command with --resume auto",
+    ]
+    # The ranks' DeepSpeed lines and wandb's run history stay off the console (--verbose: back).
+    assert "Setting accelerator to CPU" not in console.split("spawned with command")[-1]
+    assert "Run history" not in console and "Run summary" not in console
+
+
 # ---- signals ----
 
 
@@ -230,6 +266,7 @@ def test_sigterm_to_one_rank_checkpoints_exits_0_and_resumes(wikitext, tmp_path)
     stopped = (out / "checkpoints" / checkpoint.LATEST).read_text()
     step = int(stopped.removeprefix("global_step"))
     assert f"stopping at step {step}: " in output and step < 1000
+    assert "continue:  the same command with --resume auto" in output
     # Rank 0 did not get the signal itself; it leaves the note a batch script requeues on.
     assert json.loads(stop_file.read_text()) == dict(
         step=step, reason="a stop signal on another rank", checkpoints=str(out / "checkpoints")
@@ -259,6 +296,8 @@ def test_ctrl_c_checkpoints_every_rank_and_resumes_exactly(
     tag = (out / "checkpoints" / checkpoint.LATEST).read_text()
     stopped = int(tag.removeprefix("global_step"))
     assert f"stopping at step {stopped}: SIGINT received" in output and stopped < 2 * K
+    assert f"stopped at step {stopped} of {2 * K} (SIGINT received), checkpointed" in output
+    assert "continue:  the same command with --resume auto" in output
     assert {p.name for p in (out / "checkpoints" / tag).glob("memory_rank*.pt")} == {
         f"memory_rank{r}.pt" for r in range(nprocs)
     }
@@ -334,8 +373,8 @@ def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
     out = tmp_path / "killed"
     checkpoints = out / "checkpoints"
     staging = checkpoints / f"global_step{2 * K}{checkpoint.PARTIAL}"
-    cmd = command(out, small_corpus, 2, HARD_RESUME, None)
-    env = {**os.environ, checkpoint.PAUSE_IN_SAVE_ENV: str(2 * K)}  # ranks stop inside the save
+    cmd = command(out, small_corpus, 2, HARD_RESUME, None, script=PRETRAIN_PAUSING)
+    env = {**os.environ, PAUSE_IN_SAVE_ENV: str(2 * K)}  # ranks stop inside the save
     with (
         open(tmp_path / "killed.log", "w") as log,
         processes.process_group(
@@ -403,14 +442,21 @@ def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_previous_checkpoint(
         ("data.test_split=test", "or skip it with --set data.test_split=null"),
         ("model.n_token=20000", "the model has 20000"),
         ("train.out_dir=/proc/txl-run", "train.out_dir=/proc/txl-run is not writable"),
+        (
+            "TXL_SET=train.max_steps=0",  # from the environment, where it is easily forgotten
+            "config error: train.max_steps must be at least 1, got 0 "
+            "(train.max_steps set by TXL_SET in the environment)",
+        ),
     ],
 )
 def test_bad_config_fails_before_any_process_group(wikitext, tmp_path, override, message):
+    env_set = override.removeprefix("TXL_SET=") if override.startswith("TXL_SET=") else ""
     proc = subprocess.run(
-        command(tmp_path, wikitext, 1, [override], None),
+        command(tmp_path, wikitext, 1, [] if env_set else [override], None),
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "TXL_SET": env_set},
     )
     assert proc.returncode == 2
     assert message in proc.stderr

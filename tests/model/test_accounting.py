@@ -1,10 +1,56 @@
-"""The activation estimate txl-inspect prints is close to what autograd really keeps."""
+"""What txl-inspect and MFU take from accounting is close to what the model really does: the
+FLOPs of a forward as torch counts them, the activations autograd keeps."""
+
+import dataclasses
+import json
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
+from tests.conftest import REPO_ROOT
+from txl_dist.cli.inspect_model import inspect_config
+from txl_dist.config import load_run_config
 from txl_dist.model import TransformerXL, TXLConfig
-from txl_dist.model.accounting import activation_bytes_per_row
+from txl_dist.model.accounting import (
+    activation_bytes_per_row,
+    forward_flops_per_token,
+    rank_memory_bytes,
+)
+
+SHIPPED_CONFIGS = sorted(path.name for path in (REPO_ROOT / "configs").glob("*.json"))
+FLOP_ROWS = 2  # more than one row: the position projection is shared by the rows of a forward
+
+
+def counted_flops_per_token(config: TXLConfig, rows: int) -> float:
+    """FLOPs torch counts in one forward with full memory, targets in the head cluster."""
+    torch.manual_seed(0)
+    model = TransformerXL(config).eval()
+    head = config.cutoffs[0] if config.cutoffs else config.n_token
+    input_ids = torch.randint(0, config.n_token, (rows, config.tgt_len))
+    targets = torch.randint(0, head, (rows, config.tgt_len))
+    mems = [torch.zeros(rows, config.mem_len, config.d_model)] * config.n_layer
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(input_ids, targets, mems)
+    return counter.get_total_flops() / (rows * config.tgt_len)
+
+
+def shipped_model(name: str) -> TXLConfig:
+    """A shipped config's model; an `auto` vocabulary (read from the data) becomes 32,000."""
+    path = REPO_ROOT / "configs" / name
+    auto = json.loads(path.read_text())["model"]["n_token"] == "auto"
+    return load_run_config(str(path), ["model.n_token=32000"] if auto else []).model
+
+
+@pytest.mark.parametrize("name", SHIPPED_CONFIGS)
+def test_forward_flops_match_torchs_count_for_every_shipped_config(name):
+    """At the config's own widths, lengths and vocabulary; only the layers are cut to two (the
+    formula is linear in them) so the largest configs run in seconds on a CPU."""
+    model = shipped_model(name)
+    config = dataclasses.replace(model, n_layer=min(model.n_layer, 2))
+    counted = counted_flops_per_token(config, FLOP_ROWS)
+    assert forward_flops_per_token(config, FLOP_ROWS) == pytest.approx(counted, rel=0.02)
 
 
 def saved_activation_bytes(config: TXLConfig, rows: int) -> int:
@@ -46,3 +92,10 @@ def test_activation_estimate_is_within_a_quarter_of_the_saved_tensors(values):
     memory = config.n_layer * config.mem_len * config.d_model * 4  # carried, not saved
     estimate = activation_bytes_per_row(config, dtype_bytes=4) - memory
     assert estimate == pytest.approx(per_row, rel=0.25)
+
+
+def test_rank_memory_is_txl_inspects_states_plus_activations():
+    report = inspect_config(str(REPO_ROOT / "configs" / "large.json"), world_size=4)
+    model = shipped_model("large.json")
+    expected = report.zero_bytes_per_rank[3] + report.activation_bytes_per_row * 16  # micro 16
+    assert rank_memory_bytes(model, 3, 4, 16) == pytest.approx(expected)

@@ -2,14 +2,17 @@
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from txl_dist.model import TXLConfig
 from txl_dist.model.attention import (
+    SDPA_HEAD_MULTIPLE,
     RelMultiHeadAttention,
     attend,
     attention_bias,
     attention_mask,
     masked_scores,
+    padded_sdpa,
     rel_shift,
     relative_distances,
     sinusoid_encoding,
@@ -114,17 +117,22 @@ def test_attend_equals_scaled_dot_product_attention_forward_and_backward():
     """Float32 CPU attention is our own baddbmm path: it must be SDPA's math, gradients of the
     position bias included, under the same-length mask. (Other dtypes call SDPA itself.)"""
     inputs, scale = attention_inputs()
+    assert_sdpa_forward_and_backward(lambda *t: attend(*t, scale, 0.0), inputs, scale, 1e-6)
+
+
+def assert_sdpa_forward_and_backward(attention, inputs, scale, tolerance):
+    """attention(query, key, value, bias) equals SDPA on copies, gradients of all four too."""
     twins = [t.detach().clone().requires_grad_() for t in inputs]
-    got = attend(*inputs, scale, 0.0)
+    got = attention(*inputs)
     want = torch.nn.functional.scaled_dot_product_attention(
         *twins[:3], attn_mask=twins[3], scale=scale
     )
     grad = torch.randn_like(got)
     got.backward(grad)
     want.backward(grad)
-    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got, want, atol=tolerance, rtol=10 * tolerance)
     for mine, theirs in zip(inputs, twins):
-        torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(mine.grad, theirs.grad, atol=tolerance, rtol=10 * tolerance)
 
 
 def test_attention_dropout_drops_probabilities_and_scales_the_rest():
@@ -136,3 +144,22 @@ def test_attention_dropout_drops_probabilities_and_scales_the_rest():
     dropped = attend(query, key, identity, bias, scale, 0.5)
     assert ((dropped == 0) & (probs > 0)).any()
     torch.testing.assert_close(dropped[dropped != 0], probs[dropped != 0] * 2)
+
+
+def test_padding_wt103_bases_head_size_to_48_leaves_attention_and_gradients_unchanged():
+    """d_head 41 is padded to 48 for SDPA's fused kernel (on CUDA); float64 on CPU shows the
+    padded computation is the same function, and torch's FLOP count that it ran at 48."""
+    torch.manual_seed(0)
+    b, h, q_len, k_len, d = 2, 3, 5, 9, 41
+    inputs = [torch.randn(b, h, n, d, dtype=torch.float64) for n in (q_len, k_len, k_len)]
+    inputs.append(torch.randn(b, h, q_len, k_len, dtype=torch.float64))
+    inputs = [t.requires_grad_() for t in inputs]
+    counter = FlopCounterMode(display=False)
+    with counter:
+        padded_sdpa(*inputs, d**-0.5, 0.0, multiple=SDPA_HEAD_MULTIPLE)
+    assert counter.get_total_flops() == 2 * (2 * b * h * q_len * k_len * 48)  # q.k and p.v
+
+    def padded(*tensors):
+        return padded_sdpa(*tensors, d**-0.5, 0.0, multiple=SDPA_HEAD_MULTIPLE)
+
+    assert_sdpa_forward_and_backward(padded, inputs, d**-0.5, 1e-12)

@@ -158,3 +158,18 @@ def test_segment_constants_are_made_once_per_lengths_and_change_no_loss():
     assert reused == fresh
     for a, b in zip(reused_grads, fresh_grads):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_initial_weights_come_from_the_cpu_generator_wherever_the_parameters_live():
+    """ZeRO-3 builds on the GPU, the other stages on the CPU: the draws must be the CPU's in
+    both. Here the parameters live on the meta device; the CPU generator must move exactly as
+    when they live on the CPU."""
+    config = TXLConfig(n_token=50, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32)
+    after = []
+    for device in ("cpu", "meta"):
+        with torch.device(device):
+            model = TransformerXL(config, init_weights=False)
+        torch.manual_seed(0)
+        model.init_weights()
+        after.append(torch.randn(3))
+    torch.testing.assert_close(after[0], after[1], rtol=0, atol=0)

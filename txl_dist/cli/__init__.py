@@ -1,1 +1,16 @@
-"""The command-line tools: each module is one command and imports the library, never another."""
+"""The command-line tools: each module is one command and imports the library, never another.
+
+Every command exits with one rule:
+- 0: it did what was asked (a training run stopped early by a signal and checkpointed counts:
+  it resumes with --resume auto);
+- 2 (`USAGE_ERROR`): it refused what it was given before doing anything: arguments, a config
+  or TXL_SET entry, or a file, directory, model or dataset they name that is missing or does
+  not fit; one line on stderr says what to change. argparse's own refusals exit 2 as well;
+- 1 (`FAILED`): it started and then failed (a rank died, a save failed, a shard broke
+  mid-run); the line says where the traceback is.
+"""
+
+USAGE_ERROR = 2
+"""Exit status of a refused command line, config or input."""
+FAILED = 1
+"""Exit status of a command that failed while running."""

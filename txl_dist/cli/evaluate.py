@@ -32,6 +32,7 @@ from data_pipeline.errors import DataError
 from data_pipeline.shards import load_manifest, manifest_url
 from data_pipeline.streams import IGNORE_INDEX, Geometry, TokenStreams
 from data_pipeline.vocab import EOS, Vocab
+from txl_dist.cli import USAGE_ERROR
 from txl_dist.context import RECL_THRESHOLD, write_csv
 from txl_dist.engine.dist import World, end_distributed, init_distributed, world_from_env
 from txl_dist.engine.evaluate import evaluate
@@ -338,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, FileNotFoundError, ValueError) as err:
         print(f"txl-eval: error: {err}", file=sys.stderr)
         end_distributed(together=False)  # another rank may have failed elsewhere
-        return 1
+        return USAGE_ERROR
     end_distributed()
     if world.is_main:
         print(render(output, args.json))

@@ -32,6 +32,7 @@ from data_pipeline.redact import redact_text
 from data_pipeline.shards import vocab_url
 from data_pipeline.storage import parse_options
 from data_pipeline.vocab import Vocab
+from txl_dist.cli import USAGE_ERROR
 from txl_dist.config import ConfigError, RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint import (
     CLIENT_FILE,
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         ckpt = export(args.ckpt_dir, args.out_dir, args.dtype, args.format, args.vocab, options)
     except ExportError as err:
         print(f"txl-export: error: {err}", file=sys.stderr)
-        return 1
+        return USAGE_ERROR
     print(f"exported {ckpt.path} (step {ckpt.step}) to {args.out_dir}")
     return 0
 

@@ -29,6 +29,7 @@ from torch import Tensor
 from data_pipeline.corpora.datasets import DATASETS
 from data_pipeline.errors import DataError
 from data_pipeline.vocab import EOS, SENTENCE, Vocab
+from txl_dist.cli import USAGE_ERROR
 from txl_dist.exported import DTYPES, export_data, export_level, export_vocab
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt = prompt_ids(args.prompt, vocab, dataset).to(args.device)
     except (FileNotFoundError, ValueError, DataError) as err:
         print(f"txl-generate: error: {err}", file=sys.stderr)
-        return 1
+        return USAGE_ERROR
     ev = model.config.for_eval()
     # same_length is an evaluation device for equal contexts; a generated token sees all it can.
     model.set_lengths(mem_len=args.mem_len or ev.mem_len, clamp_len=ev.clamp_len, same_length=False)

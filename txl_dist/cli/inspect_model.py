@@ -11,7 +11,7 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 
-from txl_dist.config import ConfigError, load_run_config
+from txl_dist.config import ConfigError, RunConfig, load_run_config
 from txl_dist.model.accounting import (
     ZERO_STAGES,
     activation_bytes_per_row,
@@ -34,8 +34,11 @@ class ModelReport:
     """Input embeddings, their projections and the untied output layers and projections."""
     non_embedding_parameters: int
     """Everything else: the layers and the shared attention biases."""
+    micro_rows: int
+    """Rows of one forward at this world size (1 where the global batch does not split over it)."""
     forward_flops_per_token: float
-    """Forward FLOPs per training token (matmuls and attention; softmax head cluster only)."""
+    """Forward FLOPs per training token at micro_rows (matmuls and attention; softmax head
+    cluster only)."""
     train_flops_per_token: float
     """Forward plus backward (3x forward)."""
     world_size: int
@@ -50,19 +53,29 @@ def inspect_config(path: str, world_size: int, overrides: list[str] = ()) -> Mod
     run_config = load_run_config(path, overrides)
     config = run_config.model
     total, embedding = count_parameters(build_on_meta(config))
-    forward = forward_flops_per_token(config)
+    rows = _micro_rows(run_config, world_size)
+    forward = forward_flops_per_token(config, rows)
     low_precision = any(run_config.deepspeed.get(k, {}).get("enabled") for k in ("bf16", "fp16"))
     return ModelReport(
         config=path,
         parameters=total,
         embedding_parameters=embedding,
         non_embedding_parameters=total - embedding,
+        micro_rows=rows,
         forward_flops_per_token=forward,
-        train_flops_per_token=train_flops_per_token(config),
+        train_flops_per_token=train_flops_per_token(config, rows),
         world_size=world_size,
         zero_bytes_per_rank={s: f(world_size) * total for s, f in ZERO_STAGES.items()},
         activation_bytes_per_row=activation_bytes_per_row(config, 2 if low_precision else 4),
     )
+
+
+def _micro_rows(run_config: RunConfig, world_size: int) -> int:
+    """Rows of one forward; 1 (the dearest per token) where the batch does not split evenly."""
+    try:
+        return run_config.batch_layout(world_size)[0]
+    except ConfigError:
+        return 1
 
 
 def format_report(r: ModelReport) -> str:
@@ -73,7 +86,7 @@ def format_report(r: ModelReport) -> str:
         f"    embedding     {r.embedding_parameters / 1e6:10.1f}M",
         f"    non-embedding {r.non_embedding_parameters / 1e6:10.1f}M",
         f"  FLOPs/token     {r.forward_flops_per_token / 1e9:10.3f}G forward, "
-        f"{r.train_flops_per_token / 1e9:.3f}G train",
+        f"{r.train_flops_per_token / 1e9:.3f}G train at micro batch {r.micro_rows}",
         f"  model states per rank at world size {r.world_size} (mixed-precision Adam):",
     ]
     lines += [f"    ZeRO-{s}  {b / gib:10.2f} GiB" for s, b in r.zero_bytes_per_rank.items()]

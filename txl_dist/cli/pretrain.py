@@ -1,7 +1,7 @@
 """The pretrain command: arguments, checks before anything starts, build, run, the stop file.
 
     deepspeed [--num_gpus N] launch/pretrain.py --config C [--set section.key=value ...]
-        [--resume auto|PATH] [--overwrite] [--stop-file PATH]
+        [--resume auto|PATH] [--overwrite] [--stop-file PATH] [--verbose]
 
 Also runs under torchrun, srun and plain python (launch/pretrain.py calls `main`).
 """
@@ -20,10 +20,13 @@ from typing import NoReturn
 import torch.distributed as dist
 
 from data_pipeline.redact import redact_text
-from txl_dist.config import ConfigError, RunConfig, load_run_config
+from txl_dist.cli import FAILED, USAGE_ERROR
+from txl_dist.config import ConfigError, RunConfig, load_run_config, naming_txl_set
 from txl_dist.engine import checkpoint, preflight, run_dir
 from txl_dist.engine.build import build_trainer
 from txl_dist.engine.dist import World, end_distributed, world_from_env
+from txl_dist.engine.summary import closing_summary
+from txl_dist.engine.train import Trainer
 from txl_dist.logs import configure_logging
 from txl_dist.restarts import restart_line, take_exit_notes, tell_guard
 
@@ -61,6 +64,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="after an early stop (stop signal or train.max_wallclock) has checkpointed, rank 0 "
         "writes the step and reason here as JSON; batch scripts requeue the job on it",
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show DeepSpeed's INFO and WARNING lines and wandb's banner and run history",
+    )
     parser.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed
     return parser.parse_args(argv)
 
@@ -68,10 +76,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     world = world_from_env()
-    configure_logging(world.is_main)
+    configure_logging(world.is_main, args.verbose)
     config = None
+    env_set = os.environ.get("TXL_SET", "").split()
     try:
-        env_set = os.environ.get("TXL_SET", "").split()
         config = load_run_config(args.config, args.set, env_set)
         tell_guard(config.train.out_dir)
         if env_set and world.is_main:  # said once: a variable left set must not go unnoticed
@@ -89,11 +97,11 @@ def main(argv: list[str] | None = None) -> None:
             return
         preflight.check_before_training(config)
         trainer = build_trainer(config, world, micro, accum, point)
-    except tuple(STARTUP_ERRORS) as err:  # one clear line from rank 0, exit 2; others quiet
+    except tuple(STARTUP_ERRORS) as err:  # one clear line from rank 0; others quiet
         if world.is_main:
             kind = next(name for cls, name in STARTUP_ERRORS.items() if isinstance(err, cls))
-            print(f"{kind}: {err}", file=sys.stderr, flush=True)
-        sys.exit(2)
+            print(f"{kind}: {naming_txl_set(str(err), env_set)}", file=sys.stderr, flush=True)
+        sys.exit(USAGE_ERROR)
     except Exception as err:  # noqa: BLE001 - every failure ends in one line per rank
         _fail(err, world, config.train.out_dir if config else None)
     try:
@@ -101,13 +109,15 @@ def main(argv: list[str] | None = None) -> None:
     except checkpoint.CheckpointSaveError as err:  # every rank raised it: one line, from rank 0
         if world.is_main:
             print(f"checkpoint error: {err}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.exit(FAILED)
     except Exception as err:  # noqa: BLE001
         _fail(err, world, config.train.out_dir)
     if stopped_early and args.stop_file and world.is_main:
         checkpoints = os.path.join(config.train.out_dir, checkpoint.CHECKPOINT_DIR)
         _write_stop_file(args.stop_file, trainer.step, stopped_early, checkpoints)
     end_distributed()
+    if world.is_main:
+        _summarize(trainer, stopped_early)
 
 
 # Errors found before training starts, and how their one line begins.
@@ -120,7 +130,7 @@ STARTUP_ERRORS = {
 
 
 def _fail(err: Exception, world: World, out_dir: str | None) -> NoReturn:
-    """End this rank with one line: which rank, the error, where its traceback is (exit 1).
+    """End this rank with one line: which rank, the error, where its traceback is (FAILED).
 
     Launchers interleave every rank's output, and a traceback per rank buries the cause; the
     traceback (secrets redacted) goes to OUT_DIR/errors/rankR.txt instead.
@@ -131,7 +141,7 @@ def _fail(err: Exception, world: World, out_dir: str | None) -> NoReturn:
     else:
         what = f"{type(err).__name__}: {redact_text(str(err))}"
     log.error(f"rank {world.rank} failed: {what} ({where})")
-    sys.exit(1)
+    sys.exit(FAILED)
 
 
 def _keep_traceback(trace: str, out_dir: str | None, world: World) -> str:
@@ -168,6 +178,20 @@ def _already_finished(
             f"train.max_steps={config.train.max_steps}; raise train.max_steps to train further"
         )
     return True
+
+
+def _summarize(trainer: Trainer, stopped_early: str | None) -> None:
+    """The run's closing lines (engine.summary); its checkpoint is the one of its last step."""
+    train = trainer.config.train
+    tag = checkpoint.tag_for(trainer.step)
+    for line in closing_summary(
+        step=trainer.step,
+        max_steps=train.max_steps,
+        stopped_early=stopped_early,
+        evaluations=trainer.metrics.evaluations,
+        checkpoint=os.path.join(train.out_dir, checkpoint.CHECKPOINT_DIR, tag),
+    ):
+        log.info(line)
 
 
 def _write_stop_file(path: str, step: int, reason: str, ckpt_dir: str) -> None:

@@ -24,6 +24,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from txl_dist.cli import USAGE_ERROR
 from txl_dist.context import (
     RECL_THRESHOLD,
     SEGMENT_ALONE_MARK,
@@ -227,18 +228,18 @@ def main(argv: list[str] | None = None) -> int:
         import matplotlib  # noqa: F401
     except ImportError:
         print("txl-report: error: needs matplotlib: pip install 'txl-dist[plot]'", file=sys.stderr)
-        return 1
+        return USAGE_ERROR
     if args.sweep:
         return _report_sweep(args.sweep, args.out, args.threshold)
     path = os.path.join(args.run_dir, METRICS_FILE)
     if not os.path.exists(path):
         print(f"txl-report: error: {path} not found: pass a run directory", file=sys.stderr)
-        return 1
+        return USAGE_ERROR
     try:
         metrics = read_metrics(path, args.run)
     except ValueError as err:
         print(f"txl-report: error: {err}", file=sys.stderr)
-        return 1
+        return USAGE_ERROR
     out = args.out or os.path.join(args.run_dir, REPORT_FILE)
     title = os.path.basename(os.path.abspath(args.run_dir))
     plot(metrics, out, f"{title} (run {metrics.run_id})" if metrics.run_id else title)
@@ -251,7 +252,7 @@ def _report_sweep(paths: list[str], out: str | None, threshold: float) -> int:
         curves = sweep_curves(paths)
     except (OSError, ValueError) as err:
         print(f"txl-report: error: {err}", file=sys.stderr)
-        return 1
+        return USAGE_ERROR
     out = out or os.path.splitext(paths[0])[0] + ".png"
     plot_sweep(curves, out, threshold)
     print(f"wrote {out}")

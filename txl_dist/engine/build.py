@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 import uuid
 
@@ -17,20 +16,17 @@ from deepspeed.accelerator import get_accelerator
 from data_pipeline.shards import manifest_url
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import ConfigError, RunConfig
-from txl_dist.engine import checkpoint, preflight
-from txl_dist.engine.checkpoint import CheckpointState, ResumePoint
+from txl_dist.engine import checkpoint
+from txl_dist.engine.checkpoint import Checkpointer, ResumePoint, RunState
 from txl_dist.engine.dist import World, init_distributed
 from txl_dist.engine.evaluate import EvalResult, evaluate
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.signals import StopRequest
-from txl_dist.engine.train import RunState, Trainer
+from txl_dist.engine.train import Trainer
 from txl_dist.engine.watchdog import Watchdog
 from txl_dist.model import TransformerXL
-from txl_dist.restarts import restart_count
-
-log = logging.getLogger(__name__)
 
 
 def build_trainer(
@@ -71,7 +67,9 @@ def _assemble_trainer(
     state = RunState(run_id=uuid.uuid4().hex[:12])
     if point is not None:
         with watchdog.phase("checkpoint load", point.client.step):
-            state = restore(point, universal, engine, streams, memory, config, world, device)
+            state = checkpoint.restore(
+                point, universal, engine, streams, memory, config, world, device
+            )
     # Every metrics row says which run and which start of it wrote it: txl-report draws one run.
     metrics = Metrics(out_dir, world.is_main, run=dict(run_id=state.run_id, restart=state.restarts))
     if world.is_main:
@@ -89,7 +87,9 @@ def _assemble_trainer(
         stop=StopRequest(config.train.max_wallclock),
         watchdog=watchdog,
         evaluate_split=SplitEvaluator(engine, config, world, device, watchdog),
-        save_checkpoint=Checkpointer(engine, config, memory, world.rank * micro * accum).save,
+        checkpoints=Checkpointer.for_run(
+            engine, memory, config, world, micro * accum, point.client.step if point else None
+        ),
         state=state,
         micro=micro,
         accum=accum,
@@ -197,50 +197,6 @@ def open_streams(
     )
 
 
-def restore(
-    point: ResumePoint,
-    universal: bool,
-    engine,
-    streams: TokenStreams,
-    memory: MemoryBank,
-    config: RunConfig,
-    world: World,
-    device: torch.device,
-) -> RunState:
-    """Load a checkpoint into the engine, stream position, memories and RNG; the run's state."""
-    client = point.client
-    checkpoint.check_resumable(point, config.train.global_rows, streams.manifest.vocab_sha256)
-    tag = checkpoint.convert_to_universal(point) if universal else point.tag
-    load_path, _ = engine.load_checkpoint(point.directory, tag=tag)
-    if load_path is None:
-        raise RuntimeError(f"DeepSpeed could not load checkpoint {point.directory}/{tag}")
-    streams.load_state_dict(client.stream)
-    rows, rng = checkpoint.load_memories(point, streams.rows, world.rank)
-    memory.load_rows(rows, device)
-    if rng is not None:
-        checkpoint.set_rng_state(rng)
-    else:
-        torch.manual_seed(config.train.seed * 1000 + world.rank + client.step)
-    if world.is_main:
-        note = "optimizer via universal checkpoint" if universal else "exact"
-        if client.world_size != world.world_size:
-            note += "; dropout RNG re-seeded for the new world size"
-        log.info(
-            f"resumed {point.tag} at step {client.step} (saved on "
-            f"{client.world_size} ranks, now {world.world_size}; {note})"
-        )
-    # The same SLURM job again is a requeue, unless the launcher restarted the ranks inside the
-    # allocation (pretrain.sbatch's loop, torchrun): that is a restart only.
-    job = os.environ.get("SLURM_JOB_ID")
-    requeued = job is not None and job == client.slurm_job_id and restart_count() == 0
-    return RunState(
-        run_id=client.run_id or uuid.uuid4().hex[:12],
-        step=client.step,
-        restarts=client.restarts + 1,
-        requeues=client.requeues + int(requeued),
-    )
-
-
 class SplitEvaluator:
     """Scores a whole split with the config's evaluation lengths, distributed over the ranks;
     each batch is progress for the watchdog."""
@@ -278,29 +234,6 @@ class SplitEvaluator:
                 )
         finally:
             streams.close()
-
-
-class Checkpointer:
-    """Saves complete checkpoints of this run (all ranks call it at the same step)."""
-
-    def __init__(self, engine, config: RunConfig, memory: MemoryBank, first_row: int):
-        self.engine, self.memory, self.first_row = engine, memory, first_row
-        self.directory = os.path.join(config.train.out_dir, checkpoint.CHECKPOINT_DIR)
-        self.keep_last = config.train.keep_last
-        self.needed_bytes = preflight.checkpoint_bytes(config)  # said when the disk is full
-
-    def save(self, state: CheckpointState) -> str:
-        """Write every rank's part of the checkpoint for state.step; returns its path."""
-        tag = checkpoint.save(
-            self.engine,
-            self.directory,
-            state,
-            self.memory,
-            self.first_row,
-            self.keep_last,
-            self.needed_bytes,
-        )
-        return os.path.join(self.directory, tag)
 
 
 def _checkpoint_layers(model: TransformerXL) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import shutil
 import sys
@@ -17,7 +18,9 @@ from datetime import timedelta
 
 import torch
 
-from txl_dist.engine.shm_collectives import route_through_shared_memory
+from txl_dist.engine.shm_collectives import kernel_needs_building, route_through_shared_memory
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
         local_ranks = _env_int("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", default=1)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         torch.set_num_threads(max(1, (cores or 1) // local_ranks))
+    if accelerator.device_name() == "cpu" and world.is_main:
+        say_if_building_the_kernel()
     deepspeed.init_distributed(
         dist_backend=accelerator.communication_backend_name(),
         timeout=timedelta(seconds=timeout_s),
@@ -112,6 +117,16 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
         route_through_shared_memory(world.world_size)
         _unlink_shm_buffer(world.rank)
     return torch.device(accelerator.device_name(world.local_rank))
+
+
+def say_if_building_the_kernel() -> None:
+    """The first CPU run in an environment waits while DeepSpeed builds its shared-memory kernel:
+    say so before the silence, not after."""
+    if kernel_needs_building():
+        log.info(
+            "building DeepSpeed's CPU shared-memory kernel for this environment: about a "
+            "minute, once"
+        )
 
 
 def end_distributed(together: bool = True) -> None:

@@ -21,6 +21,7 @@ import torch
 
 from data_pipeline.redact import redact, redact_text
 from txl_dist.config import WandbConfig
+from txl_dist.logs import libraries_quiet
 from txl_dist.model.accounting import train_flops_per_token
 from txl_dist.model.config import TXLConfig
 from txl_dist.scores import format_score
@@ -29,22 +30,36 @@ log = logging.getLogger(__name__)
 
 WANDB_DEFAULT_URL = "https://api.wandb.ai"
 
-# Dense bf16 peak TFLOP/s of common accelerators, for MFU when train.peak_tflops is not set.
-PEAK_TFLOPS = {
-    "H200": 989.0,
-    "H100": 989.0,
-    "A100": 312.0,
-    "A10": 125.0,
-    "L40": 181.0,
-    "V100": 125.0,
-}
+# Peak dense TFLOP/s of common accelerators by their exact CUDA device name, for MFU when
+# train.peak_tflops is not set: (bf16 / fp16 tensor cores, plain fp32), from NVIDIA's datasheets.
+# Exact names: the PCIe and NVL cards of a family are slower than its SXM one. fp32 runs use the
+# fp32 peak (torch's float32 matmuls do not use TF32 unless asked to).
+_PEAKS = [
+    ((989.0, 67.0), ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]),
+    ((835.0, 60.0), ["NVIDIA H200 NVL", "NVIDIA H100 NVL"]),
+    ((756.0, 51.0), ["NVIDIA H100 PCIe"]),
+    ((312.0, 19.5), ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB", "NVIDIA A100 80GB PCIe",
+                     "NVIDIA A100-PCIE-40GB"]),
+    ((362.0, 91.6), ["NVIDIA L40S"]),
+    ((181.0, 90.5), ["NVIDIA L40"]),
+    ((121.0, 30.3), ["NVIDIA L4"]),
+    ((125.0, 31.2), ["NVIDIA A10"]),
+    ((125.0, 15.7), ["Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"]),  # fp16: V100 has no bf16
+    ((112.0, 14.0), ["Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"]),
+]  # fmt: skip
+PEAK_TFLOPS = {name: peaks for peaks, names in _PEAKS for name in names}
 
 
-def device_peak_tflops(device: torch.device) -> float | None:
+def device_peak_tflops(device: torch.device, low_precision: bool) -> float | None:
+    """The device's known dense peak for bf16 / fp16 (low_precision) or fp32; None if unknown."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in PEAK_TFLOPS.items() if key in name), None)
+    return peak_tflops_of(torch.cuda.get_device_name(device), low_precision)
+
+
+def peak_tflops_of(device_name: str, low_precision: bool) -> float | None:
+    peaks = PEAK_TFLOPS.get(device_name)
+    return None if peaks is None else peaks[0 if low_precision else 1]
 
 
 @dataclasses.dataclass
@@ -57,10 +72,20 @@ class Throughput:
     """Peak FLOP/s of the whole job (all ranks), None when unknown (no MFU then)."""
 
     @classmethod
-    def of(cls, model: TXLConfig, peak_tflops: float | None, device: torch.device, ranks: int):
-        """`peak_tflops` per device, or the device's known peak."""
-        peak = peak_tflops or device_peak_tflops(device)
-        return cls(train_flops_per_token(model), peak * 1e12 * ranks if peak else None)
+    def of(
+        cls,
+        model: TXLConfig,
+        peak_tflops: float | None,
+        device: torch.device,
+        ranks: int,
+        micro_rows: int,
+        low_precision: bool,
+    ) -> Throughput:
+        """`peak_tflops` per device, or the device's known peak for the run's precision;
+        `micro_rows` rows a forward."""
+        peak = peak_tflops or device_peak_tflops(device, low_precision)
+        flops = train_flops_per_token(model, micro_rows)
+        return cls(flops, peak * 1e12 * ranks if peak else None)
 
     def mfu(self, tokens_per_s: float) -> float | None:
         """Achieved over peak FLOP/s, for `tokens_per_s` trained by the whole job."""
@@ -131,6 +156,7 @@ class Metrics:
         self.path = os.path.join(out_dir, "metrics.jsonl")
         self.run = run  # written into every metrics.jsonl row
         self.wandb = None
+        self.evaluations: dict[str, dict[str, Any]] = {}  # the latest record of each split
 
     def start_wandb(self, cfg: WandbConfig, out_dir: str, config: dict, run_id: str) -> None:
         """Start (or resume, with the same id) the wandb run."""
@@ -151,8 +177,13 @@ class Metrics:
                     id=run_id,
                     resume="allow",
                     # No command line, code or git state: --set arguments may carry credentials.
+                    # Quiet: no banner, no run history drawn at the end (txl_dist.logs).
                     settings=wandb.Settings(
-                        x_disable_meta=True, save_code=False, disable_code=True, disable_git=True
+                        x_disable_meta=True,
+                        save_code=False,
+                        disable_code=True,
+                        disable_git=True,
+                        quiet=libraries_quiet(),
                     ),
                 )
         except Exception as err:  # noqa: BLE001 - any wandb failure must leave training running
@@ -173,6 +204,8 @@ class Metrics:
         if not self.enabled:
             return
         record = {k: v for k, v in record.items() if v is not None}
+        if "split" in record:
+            self.evaluations[record["split"]] = record
         with open(self.path, "a") as f:
             f.write(json.dumps({**record, **self.run, "time": time.time()}) + "\n")
         if line:

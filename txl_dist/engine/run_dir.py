@@ -23,11 +23,7 @@ class RunDirError(Exception):
 def previous_run(out_dir: str) -> str | None:
     """What the checkpoints in out_dir belong to, in words, or None when there are none."""
     directory = os.path.join(out_dir, checkpoint.CHECKPOINT_DIR)
-    tags = sorted(
-        (int(m.group(1)), name)
-        for name in (os.listdir(directory) if os.path.isdir(directory) else ())
-        if (m := checkpoint.TAG_PATTERN.match(name))
-    )
+    tags = checkpoint.tags_in(directory) if os.path.isdir(directory) else []
     try:
         point = checkpoint.find_resume_point("auto", out_dir)
     except (OSError, ValueError, checkpoint.UnsafeCheckpointError):  # still taken: say so

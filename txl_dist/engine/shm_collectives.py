@@ -24,9 +24,27 @@ import os
 import torch
 import torch.distributed as dist
 
+KERNEL_NAME = "deepspeed_shm_comm"  # the op's name: DeepSpeed's ShareMemCommBuilder.NAME
 # bf16 / fp16 kernels need AVX-512BW (level 2), the fp32 one AVX2 (level 1): DeepSpeed's
 # `vector_kernel_level()`. Other dtypes have no kernel.
 KERNEL_LEVEL = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 2}
+
+
+def kernel_needs_building() -> bool:
+    """Whether starting the process group will JIT-build the kernel (about a minute of silence):
+    DeepSpeed was installed without it prebuilt, and the extensions cache holds no build yet.
+
+    DeepSpeed builds it in every CPU run, one process included, into TORCH_EXTENSIONS_DIR
+    (engine.dist points it into the environment) under the op's name.
+    """
+    import deepspeed.ops
+    from deepspeed.git_version_info import installed_ops
+    from torch.utils.cpp_extension import get_default_build_root
+
+    if installed_ops.get(KERNEL_NAME) or not deepspeed.ops.__compatible_ops__.get(KERNEL_NAME):
+        return False
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    return not os.path.exists(os.path.join(root, KERNEL_NAME, f"{KERNEL_NAME}.so"))
 
 
 def route_through_shared_memory(world_size: int) -> bool:

@@ -14,13 +14,14 @@ import math
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
-from txl_dist.engine import checkpoint
+from txl_dist.engine.checkpoint import Checkpointer, RunState
 from txl_dist.engine.dist import World
 from txl_dist.engine.evaluate import EvalResult
 from txl_dist.engine.memory import MemoryBank
@@ -31,8 +32,10 @@ from txl_dist.engine.metrics import (
     memory_gib,
     train_line,
 )
+from txl_dist.engine.profiling import SnapshotOnOutOfMemory, StepProfiler
 from txl_dist.engine.signals import StopRequest
 from txl_dist.engine.watchdog import Watchdog
+from txl_dist.model.accounting import rank_memory_bytes
 from txl_dist.scores import score
 
 log = logging.getLogger(__name__)
@@ -42,25 +45,11 @@ class NonFiniteLossError(RuntimeError):
     """Too many consecutive steps had a non-finite loss."""
 
 
-@dataclasses.dataclass
-class RunState:
-    """Where the run is, kept across resumes in the checkpoint."""
-
-    run_id: str
-    """The run's id (wandb's too)."""
-    step: int = 0
-    """Optimizer steps done."""
-    restarts: int = 0
-    """Resumes before this start."""
-    requeues: int = 0
-    """SLURM requeues before this start."""
-
-
 class Trainer:
     """One training run on this rank: gets its parts built (engine.build.build_trainer) and runs.
 
-    `evaluate_split(split)` scores a split, `save_checkpoint(state)` writes a complete checkpoint
-    (both collective); everything else is the engine, the streams and the bookkeeping around them.
+    `evaluate_split(split)` scores a split, `checkpoints` saves complete checkpoints (both
+    collective); everything else is the engine, the streams and the bookkeeping around them.
     Each step, evaluation and save runs as a phase of the `watchdog`, which ends the run when
     one makes no progress in time.
     """
@@ -79,7 +68,7 @@ class Trainer:
         stop: StopRequest,
         watchdog: Watchdog,
         evaluate_split: Callable[[str], EvalResult],
-        save_checkpoint: Callable[[checkpoint.CheckpointState], str],
+        checkpoints: Checkpointer,
         state: RunState,
         micro: int,
         accum: int,
@@ -87,14 +76,22 @@ class Trainer:
         self.config, self.world, self.device = config, world, device
         self.engine, self.scheduler, self.streams, self.memory = engine, scheduler, streams, memory
         self.metrics, self.stop, self.watchdog = metrics, stop, watchdog
-        self.evaluate_split, self.save_checkpoint = evaluate_split, save_checkpoint
+        self.evaluate_split, self.checkpoints = evaluate_split, checkpoints
         self.run_id, self.step = state.run_id, state.step
         self.restarts, self.requeues = state.restarts, state.requeues
         self.micro, self.accum, self.rows_per_rank = micro, accum, micro * accum
         self.nonfinite, self.skipped_steps = _NonFinite(device), 0
         self.throughput = Throughput.of(
-            config.model, config.train.peak_tflops, device, world.world_size
+            config.model,
+            config.train.peak_tflops,
+            device,
+            world.world_size,
+            micro,
+            self._low_precision(),
         )
+        out_dir = config.train.out_dir
+        self.profiler = StepProfiler(config.train.profile_steps, out_dir, world.rank, device)
+        self.out_of_memory = SnapshotOnOutOfMemory(out_dir, world.rank, self._memory_estimate)
 
     def announce_job(self) -> None:
         """Which scheduler job, run and start this is, for the logs."""
@@ -113,18 +110,20 @@ class Trainer:
         train = self.config.train
         batches = iter(self.streams)
         window = _Window(self.device)
-        last_saved = self.step if self.step else -1  # a resumed run starts from its checkpoint
         warm_until = self.step + self._warm_up_steps()
         while self.step < train.max_steps:
             with self.watchdog.phase("step", self.step + 1, slow=self.step < warm_until):
+                self.profiler.starting(self.step + 1)
                 started = time.perf_counter()
                 input_ids, targets = next(batches)
                 fetched = time.perf_counter()
-                loss = self.train_step(input_ids, targets)
+                with self.out_of_memory:
+                    loss = self.train_step(input_ids, targets)
                 self.nonfinite.add(loss)
                 tokens = self.rows_per_rank * input_ids.size(1) * self.world.world_size
                 window.add(loss, tokens, fetched - started, time.perf_counter() - started)
                 self.step += 1
+                self.profiler.done(self.step)
                 if self.step % self.config.logging.log_interval == 0:
                     self._log_train(window)
                     window = _Window(self.device)
@@ -132,16 +131,13 @@ class Trainer:
                     self._evaluate(self.config.data.valid_split)
                 # A stop at the last step is the end of the run, not an early stop to resume.
                 stop = self.stop.agreed(self.device) and self.step < train.max_steps
-                if stop or (train.save_interval and self.step % train.save_interval == 0):
-                    self._check_nonfinite()  # never save what should have ended the run
+                if stop or self.checkpoints.due(self.step):
                     self._save()
-                    last_saved = self.step
                 if stop:
                     self._announce(f"stopping at step {self.step}: {self.stop.reason()}")
                     self._finish()
                     return self.stop.reason()
-        if last_saved != self.step:
-            self._check_nonfinite()
+        if not self.checkpoints.holds(self.step):  # not saved in the loop, nor resumed here
             self._save()
         if self.config.data.valid_split and not self._evaluates_now():
             self._evaluate(self.config.data.valid_split)
@@ -199,6 +195,17 @@ class Trainer:
                 "lower optim.lr, raise the warm-up or check the data"
             )
 
+    def _memory_estimate(self) -> float:
+        """txl-inspect's bytes for one rank of this run."""
+        model, world_size = self.config.model, self.world.world_size
+        dtype_bytes = 2 if self._low_precision() else 4
+        return rank_memory_bytes(model, self.config.zero_stage, world_size, self.micro, dtype_bytes)
+
+    def _overflow_skips(self) -> int:
+        """Updates DeepSpeed skipped for overflowing gradients (fp16 loss scaling): a step whose
+        loss is finite, so the non-finite count misses it."""
+        return int(getattr(self.engine, "skipped_steps", 0))
+
     def _low_precision(self) -> bool:
         ds = self.config.deepspeed
         return any(ds.get(key, {}).get("enabled", False) for key in ("bf16", "fp16"))
@@ -222,7 +229,7 @@ class Trainer:
             data_wait_s=w.data_wait / w.steps,
             mfu=self.throughput.mfu(tokens_per_s),
             memory_gib=memory_gib(self.device),
-            skipped_steps=self.skipped_steps,
+            skipped_steps=max(self.skipped_steps, self._overflow_skips()),
             epoch=self.streams.epoch,
             requeues=self.requeues,  # wandb shows at which steps the job was requeued
             slurm_job_id=_int_or_none(os.environ.get("SLURM_JOB_ID")),
@@ -244,24 +251,15 @@ class Trainer:
         self.metrics.log(record, eval_line(record))
         return result
 
+    def state_dict(self) -> dict[str, Any]:
+        """Where the run is (RunState's fields): the trainer's part of a checkpoint."""
+        state = RunState(self.run_id, self.step, self.restarts, self.requeues)
+        return dataclasses.asdict(state)
+
     def _save(self) -> None:
-        state = checkpoint.CheckpointState(
-            step=self.step,
-            stream=self.streams.state_dict(),
-            world_size=self.world.world_size,
-            global_rows=self.config.train.global_rows,
-            rows_per_rank=self.rows_per_rank,
-            config=self.config.public_dict(),  # secrets never reach a checkpoint
-            vocab_size=self.streams.vocab_size,
-            vocab_sha256=self.streams.manifest.vocab_sha256,
-            level=self.streams.manifest.level,
-            run_id=self.run_id,
-            requeues=self.requeues,
-            restarts=self.restarts,
-            slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-        )
+        self._check_nonfinite()  # never save what should have ended the run
         with self.watchdog.phase("checkpoint save", self.step):
-            path = self.save_checkpoint(state)
+            path = self.checkpoints.save(self.state_dict(), self.streams)
         self._announce(f"saved checkpoint {path}")
 
     def _announce(self, message: str) -> None:
@@ -269,6 +267,7 @@ class Trainer:
             log.info(message)
 
     def _finish(self) -> None:
+        self.profiler.close()
         with self.watchdog.phase("finish", self.step):
             self.stop.settle()
         self.watchdog.stop()

@@ -6,7 +6,8 @@ as this rank's heartbeat in the process group's store and checks the phase's dea
 passes, the main thread is stuck (in a collective waiting for a stopped or cut-off rank, on a
 device, in a read); the thread reads the heartbeats twice to find the ranks that stopped
 answering (no clocks compared across nodes), says so in one line, writes every thread's stack
-to OUT_DIR/errors/rankR.txt and ends the process with HANG_EXIT_CODE, long before
+to OUT_DIR/errors/rankR.txt (and on NCCL its flight recorder's last collectives to
+rankR-nccl-trace.pkl) and ends the process with HANG_EXIT_CODE, long before
 train.dist_timeout_s. Every rank watches its own deadline, so every healthy rank ends by
 itself; the launcher ends the stopped one, and its restart takes over.
 """
@@ -28,6 +29,10 @@ from datetime import timedelta
 from txl_dist.restarts import HANG_EXIT_CODE
 
 log = logging.getLogger(__name__)
+
+# NCCL's flight recorder keeps a process group's last collectives only if its buffer is sized
+# before the group starts; the engine (and so this module) is imported before that.
+os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
 
 SLOW_PHASES = ("start", "checkpoint save", "checkpoint load")
 MAX_BEAT_S = 5.0  # heartbeats at most this far apart: the store sees world_size / 5 writes a second
@@ -175,8 +180,9 @@ class Watchdog:
             f"rank {self.rank} hung: no progress in {phase.where()} for {stalled:.0f} s "
             f"({phase.setting}={phase.timeout_s:g}); {self._who()}; ending the run"
         )
-        stacks = self._dump_stacks()
-        log.error(f"{line} (stacks: {stacks})" if stacks else line)
+        kept = [f"stacks: {path}" for path in [self._dump_stacks()] if path]
+        kept += [f"NCCL flight recorder: {path}" for path in [self._dump_flight_recorder()] if path]
+        log.error(f"{line} ({'; '.join(kept)})" if kept else line)
         os._exit(HANG_EXIT_CODE)
 
     def _who(self) -> str:
@@ -236,6 +242,29 @@ class Watchdog:
             with open(path, "w") as f:
                 faulthandler.dump_traceback(f, all_threads=True)
         except OSError:
+            return None
+        return path
+
+    def _dump_flight_recorder(self) -> str | None:
+        """NCCL's record of this rank's last collectives (which one hangs, and who has not
+        joined it) to errors/rankR-nccl-trace.pkl, read by torch's `torchfrtrace`; None where
+        the group is not NCCL (gloo keeps no such record)."""
+        import torch
+        import torch.distributed as dist
+
+        if self.errors_dir is None or not dist.is_initialized() or dist.get_backend() != "nccl":
+            return None
+        c10d = torch._C._distributed_c10d
+        dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
+        if dump is None:
+            return None
+        path = os.path.join(self.errors_dir, f"rank{self.rank}-nccl-trace.pkl")
+        try:
+            trace = dump()
+            os.makedirs(self.errors_dir, exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(trace)
+        except (RuntimeError, OSError):
             return None
         return path
 

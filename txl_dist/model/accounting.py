@@ -46,33 +46,46 @@ def head_cluster_size(c: TXLConfig) -> int:
     return (c.cutoffs[0] if c.cutoffs else c.n_token) + len(c.cutoffs)
 
 
-def forward_flops_per_token(c: TXLConfig) -> float:
-    """2 x multiply-adds per token of a training segment with full memory.
+def forward_flops_per_token(c: TXLConfig, rows: int) -> float:
+    """2 x multiply-adds per token of a training segment with full memory, `rows` rows a forward.
 
-    Counts the query/key/value/output/position projections (keys, values and positions over
-    the K = tgt_len + mem_len context, amortised over tgt_len queries), the three attention
+    Counts the embedding projections, the query/key/value/output projections (keys and values
+    over the K = tgt_len + mem_len context, amortised over tgt_len queries), the relative-position
+    projection (once per forward on K encodings that all `rows` rows share), the three attention
     products over K keys, the feed-forward block, and the softmax head cluster with its
-    projection. Tail clusters touch only rare tokens and are left out.
+    projection. Tail clusters of the softmax touch only rare tokens and are left out.
     """
     inner = c.n_head * c.d_head
     k_len = c.tgt_len + c.mem_len
     per_layer = (
         c.d_model * inner  # queries
-        + 3 * c.d_model * inner * k_len / c.tgt_len  # keys, values, relative positions
+        + 2 * c.d_model * inner * k_len / c.tgt_len  # keys, values
+        + c.d_model * inner * k_len / (c.tgt_len * rows)  # relative positions
         + inner * c.d_model  # output projection
         + 3 * k_len * inner  # (q+u)k, (q+v)r, attention x values
         + 2 * c.d_model * c.d_inner  # feed-forward
     )
     head_dim = cluster_dims(c)[0]
-    softmax = head_cluster_size(c) * head_dim + (
-        c.d_model * head_dim if c.d_model != head_dim else 0
-    )
-    return 2.0 * (c.n_layer * per_layer + softmax)
+    softmax = head_cluster_size(c) * head_dim + (c.d_model * head_dim if _projected(c) else 0)
+    return 2.0 * (embedding_projections(c) + c.n_layer * per_layer + softmax)
 
 
-def train_flops_per_token(c: TXLConfig) -> float:
+def _projected(c: TXLConfig) -> bool:
+    """Whether the clusters have projections to d_model (adaptive.py builds them in this case)."""
+    return c.div_val != 1 or c.d_model != c.d_embed
+
+
+def embedding_projections(c: TXLConfig) -> int:
+    """Multiply-adds per token of the input projections: every cluster projects every token."""
+    if not _projected(c):
+        return 0
+    dims = cluster_dims(c) if c.div_val != 1 else [c.d_embed]
+    return c.d_model * sum(dims)
+
+
+def train_flops_per_token(c: TXLConfig, rows: int) -> float:
     """Forward plus backward: the backward pass costs twice the forward's matmuls."""
-    return 3 * forward_flops_per_token(c)
+    return 3 * forward_flops_per_token(c, rows)
 
 
 def activation_bytes_per_row(c: TXLConfig, dtype_bytes: int = 2) -> float:
@@ -94,3 +107,13 @@ def activation_bytes_per_row(c: TXLConfig, dtype_bytes: int = 2) -> float:
     memory = c.n_layer * c.mem_len * d * dtype_bytes
     softmax = 4 * q * head_cluster_size(c) + 2 * dtype_bytes * q * d  # float32 log-softmax
     return c.n_layer * per_layer + memory + softmax
+
+
+def rank_memory_bytes(
+    c: TXLConfig, zero_stage: int, world_size: int, micro_rows: int, dtype_bytes: int = 2
+) -> float:
+    """txl-inspect's estimate of one rank's training memory: the model states of ZeRO stage
+    `zero_stage` at `world_size` ranks plus the activations of `micro_rows` rows."""
+    total, _ = count_parameters(build_on_meta(c))
+    states = ZERO_STAGES[zero_stage](world_size) * total
+    return states + activation_bytes_per_row(c, dtype_bytes) * micro_rows

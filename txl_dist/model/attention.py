@@ -95,9 +95,8 @@ def attend(
     computes in float32 inside, more precisely than these ops would, so it stays.
     """
     if query.device.type != "cpu" or query.dtype != torch.float32:
-        return F.scaled_dot_product_attention(
-            query, key, value, attn_mask=bias, dropout_p=dropatt, scale=scale
-        )
+        multiple = SDPA_HEAD_MULTIPLE if query.device.type == "cuda" else 1
+        return padded_sdpa(query, key, value, bias, scale, dropatt, multiple)
     b, h, q_len, d = query.shape
     k_len = key.size(2)
     scores = torch.baddbmm(
@@ -108,6 +107,35 @@ def attend(
     )  # [B*H, Q, K]
     probs = dropout(scores.softmax(dim=-1), dropatt)
     return torch.bmm(probs, value.reshape(b * h, k_len, -1)).view(b, h, q_len, -1)
+
+
+# SDPA's memory-efficient kernel, the fused one that takes an additive bias with a gradient, needs
+# a head size that is a multiple of 8 in bf16 / fp16; any other takes the math path.
+SDPA_HEAD_MULTIPLE = 8
+
+
+def padded_sdpa(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    bias: Tensor,
+    scale: float,
+    dropatt: float,
+    multiple: int,
+) -> Tensor:
+    """scaled_dot_product_attention with the head size zero-padded to `multiple`, then sliced.
+
+    Zero columns add nothing to q.k and give zero output columns, and the scale is the real head
+    size's, so the result is unchanged; wt103_base's 41 becomes 48 and gets the fused kernel.
+    """
+    d = query.size(-1)
+    pad = -d % multiple
+    if pad:
+        query, key, value = (F.pad(t, (0, pad)) for t in (query, key, value))
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=bias, dropout_p=dropatt, scale=scale
+    )
+    return out[..., :d] if pad else out
 
 
 class RelMultiHeadAttention(nn.Module):

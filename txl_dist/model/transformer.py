@@ -115,8 +115,9 @@ class TransformerXL(nn.Module):
         """The reference `weights_init` (init='normal'), module by module; tied tensors once.
 
         `gathered(params)` makes partitioned parameters whole while they are written (ZeRO-3
-        builds the model already partitioned). Values are drawn in float32 whatever the
-        parameters' dtype, so a partitioned bf16 build gets the same weights as a plain one.
+        builds the model already partitioned). Values are drawn in float32 on the CPU whatever
+        the parameters' dtype and device, so a partitioned bf16 build on a GPU gets the same
+        weights as a plain one.
         """
         gathered = gathered or (lambda params: contextlib.nullcontext())
         done: set[int] = set()
@@ -126,7 +127,9 @@ class TransformerXL(nn.Module):
             done.update(id(param) for param, _, _ in plan)
             with gathered([param for param, _, _ in plan]), torch.no_grad():
                 for param, mean, std in plan:
-                    values = torch.empty(param.shape, dtype=torch.float32, device=param.device)
+                    # Drawn on the CPU's generator wherever the parameter lives: ZeRO-3 builds on
+                    # the GPU, the other stages on the CPU, and both must start from the same.
+                    values = torch.empty(param.shape, dtype=torch.float32, device="cpu")
                     param.copy_(values.normal_(mean, std) if std else values.fill_(mean))
 
         self.apply(init_module)

@@ -10,21 +10,28 @@ import pytest
 
 from data_pipeline.cli import parser
 from data_pipeline.corpora.datasets import DATASETS, Dataset
+from data_pipeline.corpora.subword import Subword
 from data_pipeline.prepare import prepare
 from data_pipeline.shards import load_manifest, manifest_url
 from data_pipeline.vocab import Vocab
 
 from ..conftest import SMALL
+from .test_records import write_jsonl, write_parquet
 
+RECORD_WRITERS = {"jsonl": write_jsonl, "parquet": write_parquet}
 TEST_CHARS = 20_000  # a character-level source is cut into train, 20,000 valid, 20,000 test
 
 
 def sample_source(spec: Dataset, shared_data, tmp_path) -> str:
-    """One file of real text the dataset reads: WikiText-2 lines for word-level data, and for
-    character-level data their letters and spaces (what text8 holds, and bytes to enwik8)."""
+    """One file of real text the dataset reads: WikiText-2 lines for word-level data (as records
+    for record datasets), and for character-level data their letters and spaces (what text8
+    holds, and bytes to enwik8)."""
     text = (shared_data / "wikitext-2" / "valid.txt").read_text(encoding="utf-8")
     path = tmp_path / "corpus"
-    if spec.cut_by_position:
+    if spec.name in RECORD_WRITERS:
+        path = tmp_path / f"corpus.{spec.name}"
+        RECORD_WRITERS[spec.name](path, text.splitlines(keepends=True))
+    elif spec.cut_by_position:
         path.write_bytes(re.sub(r"[^a-z]+", " ", text.lower()).strip().encode("ascii"))
     else:
         path.write_text(text, encoding="utf-8")
@@ -36,11 +43,14 @@ def test_every_dataset_prepares_a_source_of_its_own(name, shared_data, tmp_path)
     spec = DATASETS[name]
     source = sample_source(spec, shared_data, tmp_path)
     out = tmp_path / "out"
-    manifests = prepare(name, str(out), source, test_chars=TEST_CHARS, **SMALL)
+    tokenizer = "bpe:300" if spec.subword else None
+    manifests = prepare(name, str(out), source, tokenizer=tokenizer, test_chars=TEST_CHARS, **SMALL)
     splits = ["train", "valid", "test"] if spec.cut_by_position else ["train"]
     assert list(manifests) == splits
-    vocab = Vocab.load(str(out / "vocab.txt"))
-    assert vocab.tokens[: len(spec.specials)] == list(spec.specials)
+    vocab = Subword.load(str(out / "tokenizer.json")) if spec.subword else None
+    vocab = vocab or Vocab.load(str(out / "vocab.txt"))
+    assert vocab.sha256 == manifests["train"].vocab_sha256
+    assert spec.subword or vocab.tokens[: len(spec.specials)] == list(spec.specials)
     for split in splits:
         manifest = load_manifest(manifest_url(str(out), split))
         assert manifest.dataset == name and manifest.tokens > 0 and manifest.documents > 0

@@ -1,93 +1,22 @@
 """Saves by real DeepSpeed engines (ZeRO-2, bf16) on 2 gloo ranks: what a save records, what a
 failed save leaves behind, a write failing on one rank only, and a full disk."""
 
-import dataclasses
+import json
 import os
 import re
-import resource
 import shutil
-import signal
 
 import pytest
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from tests.conftest import small_disk
+from tests import processes
+from tests.conftest import REPO_ROOT, small_disk
+from tests.engine.checkpoint.transaction_worker import NEEDED, directories
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import CheckpointState
-from txl_dist.engine.dist import World, init_distributed
-from txl_dist.engine.memory import MemoryBank
 
-WIDTH = 1000  # a Linear(WIDTH, WIDTH): 1,001,000 parameters, 14 MB per checkpoint
-NEEDED = 16 * (WIDTH * WIDTH + WIDTH)  # preflight's estimate: 16 bytes per parameter
+pytestmark = pytest.mark.slow  # two DeepSpeed ranks
+
 DISK = 20 << 20  # room for one checkpoint, not two
-FILE_LIMIT = 1 << 20  # rank 1's largest file in the one-rank failure: below its optimizer shard
-STATE = CheckpointState(
-    step=0, stream={}, world_size=2, global_rows=2, rows_per_rank=1, config={}, vocab_size=10,
-    vocab_sha256="0" * 64, run_id="r1",
-)  # fmt: skip
-
-
-def _engine():
-    import deepspeed
-
-    torch.manual_seed(0)
-    model = torch.nn.Linear(WIDTH, WIDTH)
-    config = {
-        "train_batch_size": 2,
-        "train_micro_batch_size_per_gpu": 1,
-        "bf16": {"enabled": True},
-        "zero_optimization": {"stage": 2},
-    }
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
-    return engine
-
-
-def _rank(rank: int, rendezvous: str, dirs: dict, results) -> None:
-    # A file rendezvous (no port another process could take), then DeepSpeed's setup on it.
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
-    init_distributed(World(rank, 2, rank))
-    engine = _engine()
-    memory = MemoryBank(1)
-    memory.set(0, [torch.full((1, 2, 3), float(rank))])
-
-    def save(directory, step) -> str | None:
-        """Train a step, then save it; the error's message if the save failed."""
-        loss = engine(torch.randn(1, WIDTH).bfloat16()).float().pow(2).mean()
-        engine.backward(loss)
-        engine.step()
-        state = dataclasses.replace(STATE, step=step)
-        try:
-            checkpoint.save(engine, str(directory), state, memory, rank, 2, NEEDED)
-        except checkpoint.CheckpointSaveError as err:
-            return str(err)
-        return None
-
-    out = {}
-    save(dirs["plain"], 1)
-    if rank == 0:  # what a save of step 2 killed midway leaves
-        leftover = dirs["plain"] / f"global_step2{checkpoint.PARTIAL}"
-        leftover.mkdir()
-        (leftover / "stale.pt").write_bytes(b"from the killed save")
-    dist.barrier()
-    save(dirs["plain"], 2)
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    if rank == 1:  # a real write error on one rank: the kernel refuses to grow its files
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a fatal signal
-        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, hard))
-    out["one_rank"] = save(dirs["plain"], 3)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-
-    save(dirs["disk"], 1)
-    saved = engine.module.weight.detach().clone()
-    out["full"] = save(dirs["disk"], 2)
-    engine.load_checkpoint(str(dirs["disk"]), tag="global_step1")
-    out["reloaded"] = torch.equal(engine.module.weight, saved)
-    results[rank] = out
-    dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
@@ -95,11 +24,11 @@ def saves(tmp_path_factory):
     """The checkpoints directories the ranks saved into (`disk` is a full tmpfs) and what each
     rank saw."""
     root = tmp_path_factory.mktemp("saves")
-    dirs = {"plain": root / "plain" / "checkpoints", "disk": root / "disk" / "checkpoints"}
+    dirs = directories(root)
+    script = f"from tests.engine.checkpoint.transaction_worker import main; main({str(root)!r})"
     with small_disk(root / "disk", DISK):
-        results = mp.Manager().dict()
-        mp.spawn(_rank, args=(str(root / "rendezvous"), dirs, results), nprocs=2)
-        yield dirs, dict(results)
+        outputs = processes.python_ranks(script, 2, timeout=600, cwd=REPO_ROOT)
+        yield dirs, [json.loads(out.split("RESULT ")[1]) for out in outputs]
 
 
 def test_a_save_records_every_file_and_replaces_a_killed_saves_leftovers(saves):
@@ -161,3 +90,12 @@ def test_a_full_disk_ends_the_save_naming_the_directory_and_bytes_needed(saves):
     assert checkpoint.find_resume_point("auto", str(dirs["disk"].parent)).tag == "global_step1"
     assert not list(dirs["disk"].glob(f"*{checkpoint.PARTIAL}"))
     assert results[0]["reloaded"] and results[1]["reloaded"]
+
+
+def test_the_hook_hears_every_phase_every_rank_passed_and_none_after_a_failure(saves):
+    _, results = saves
+    whole = ["prepare", "write", "list", "verify", "publish"]
+    for result in results:
+        steps = [[phase, step] for step in (1, 2) for phase in whole]
+        # Step 3 failed in its write on rank 1: no rank passed it.
+        assert result["phases"] == [*steps, ["prepare", 3]]

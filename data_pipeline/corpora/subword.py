@@ -1,0 +1,113 @@
+"""Subword tokenizers (the ``tokenizers`` library): ``--tokenizer FILE`` or ``--tokenizer bpe:N``.
+
+A prepared root keeps the tokenizer as ``tokenizer.json``; its sha256 stands where a word
+vocabulary's stands in every manifest (``vocab_sha256``) and its vocabulary size is
+``vocab_size``, so ``model.n_token: "auto"`` takes it. Token ids are the tokenizer's own.
+
+``bpe:N`` trains a byte-level BPE of N tokens on the train split's documents, streamed: the
+trainer keeps one count per distinct pre-token (a word with its leading space), never the text,
+so its memory grows with the corpus's distinct words, not its size. Byte-level BPE covers every
+byte, so decode(encode(document)) == document for any UTF-8 text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from functools import cached_property
+
+import fsspec
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from data_pipeline.errors import CorpusFormatError, reading
+
+TOKENIZER_FILE = "tokenizer.json"
+BPE_PREFIX = "bpe:"
+# Documents per call of encode_batch: enough for its threads, few enough to bound memory.
+BATCH_DOCUMENTS = 1024
+
+
+def bpe_size(spec: str) -> int | None:
+    """N of ``--tokenizer bpe:N``; None for a tokenizer file (ValueError: N is no size)."""
+    if not spec.startswith(BPE_PREFIX):
+        return None
+    size = spec.removeprefix(BPE_PREFIX)
+    if not size.isdigit() or int(size) <= len(pre_tokenizers.ByteLevel.alphabet()):
+        raise ValueError(
+            f"--tokenizer {spec!r}: N must be a number of tokens above the 256 bytes, "
+            "e.g. bpe:32000"
+        )
+    return int(size)
+
+
+class Subword:
+    """A tokenizer of the ``tokenizers`` library, kept as its ``tokenizer.json`` text."""
+
+    def __init__(self, json_text: str, where: str = TOKENIZER_FILE):
+        """The tokenizer serialized as ``json_text`` (``where`` names it in errors)."""
+        self.json_text = json_text
+        try:
+            self.tokenizer  # noqa: B018 -- parse now: a bad file is refused where it is named
+        except Exception as err:  # the library raises bare Exceptions on a malformed file
+            raise CorpusFormatError(f"{where} is not a tokenizers tokenizer.json: {err}") from err
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """The library's tokenizer."""
+        return Tokenizer.from_str(self.json_text)
+
+    def __getstate__(self) -> dict:
+        return {"json_text": self.json_text}  # the parsed tokenizer is rebuilt on first use
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def sha256(self) -> str:
+        """sha256 of the tokenizer.json text: what manifests and checkpoints record."""
+        return hashlib.sha256(self.json_text.encode("utf-8")).hexdigest()
+
+    def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """int32 ids of the documents back to back, and int64 tokens per document."""
+        ids, lengths = [], []
+        for a in range(0, len(texts), BATCH_DOCUMENTS):
+            for encoding in self.tokenizer.encode_batch_fast(
+                texts[a : a + BATCH_DOCUMENTS], add_special_tokens=False
+            ):
+                ids.append(np.asarray(encoding.ids, np.int32))
+                lengths.append(len(encoding.ids))
+        all_ids = np.concatenate(ids) if ids else np.zeros(0, np.int32)
+        return all_ids, np.asarray(lengths, np.int64)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of ``ids``."""
+        return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=False)
+
+    def save(self, url: str, storage_options: dict | None = None) -> None:
+        """Write tokenizer.json to ``url`` (any fsspec URL)."""
+        with fsspec.open(url, "wt", encoding="utf-8", **(storage_options or {})) as f:
+            f.write(self.json_text)
+
+    @classmethod
+    def load(cls, url: str, storage_options: dict | None = None) -> Subword:
+        """Read a tokenizer.json (any fsspec URL)."""
+        with (
+            reading("tokenizer file", url),
+            fsspec.open(url, "rt", encoding="utf-8", **(storage_options or {})) as f,
+        ):
+            return cls(f.read(), url)
+
+    @classmethod
+    def train_bpe(cls, size: int, documents: Iterator[str]) -> Subword:
+        """A byte-level BPE of ``size`` tokens trained on the streamed ``documents``."""
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=size,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tokenizer.train_from_iterator(documents, trainer)
+        return cls(tokenizer.to_str())

@@ -1,0 +1,46 @@
+"""Subword tokenizers: byte-level BPE trained on real text round-trips every document exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from data_pipeline.corpora.subword import Subword, bpe_size
+from data_pipeline.errors import CorpusFormatError
+
+
+def test_byte_level_bpe_round_trips_real_text_exactly(wikitext103_articles, lm1b_sentences):
+    documents = wikitext103_articles[:60] + lm1b_sentences[:2000]
+    tokenizer = Subword.train_bpe(600, iter(documents))
+    assert len(tokenizer) == 600
+    ids, lengths = tokenizer.encode_documents(documents)
+    assert lengths.sum() == len(ids) and len(lengths) == len(documents)
+    assert ids.max() < len(tokenizer)
+    starts = [0, *lengths.cumsum().tolist()]
+    for k, document in enumerate(documents):
+        assert tokenizer.decode(ids[starts[k] : starts[k + 1]]) == document
+    # Text the training never saw, down to bytes outside its alphabet, comes back too.
+    unseen = "Ünïcødé — 東京 \t\r\n  emoji 🙂 and trailing spaces  "
+    assert tokenizer.decode(tokenizer.encode_documents([unseen])[0]) == unseen
+
+
+def test_a_saved_tokenizer_loads_as_the_same_tokenizer(tmp_path, lm1b_sentences):
+    tokenizer = Subword.train_bpe(300, iter(lm1b_sentences[:500]))
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    loaded = Subword.load(f"file://{tmp_path}/tokenizer.json")
+    assert loaded.sha256 == tokenizer.sha256 and len(loaded) == 300
+
+
+def test_a_file_that_is_no_tokenizer_is_refused_by_name(tmp_path):
+    (tmp_path / "vocab.txt").write_text("the 3\nof 2\n")
+    with pytest.raises(CorpusFormatError, match=r"vocab\.txt is not a tokenizers tokenizer\.json"):
+        Subword.load(str(tmp_path / "vocab.txt"))
+
+
+@pytest.mark.parametrize("spec", ["bpe:", "bpe:x", "bpe:100"])
+def test_bpe_sizes_that_cannot_be_trained_are_refused(spec):
+    with pytest.raises(ValueError, match="N must be a number of tokens above the 256 bytes"):
+        bpe_size(spec)
+
+
+def test_a_tokenizer_file_is_no_bpe_size():
+    assert bpe_size("s3://bucket/tokenizer.json") is None and bpe_size("bpe:32000") == 32000

@@ -1,0 +1,25 @@
+"""A checkpoint's files against their record: size, kind and place of each file."""
+
+import pytest
+
+from tests.engine.checkpoint.on_disk import fake_checkpoint
+from txl_dist.engine import checkpoint
+
+
+@pytest.mark.parametrize(
+    "name,problem",
+    [
+        ("memory_rank0.pt", "memory_rank0.pt is missing"),
+        (
+            "../../etc/hostname",
+            "txl.json records '../../etc/hostname', a path outside the checkpoint",
+        ),
+        ("sub", "sub is not a regular file"),
+    ],
+)
+def test_a_record_is_checked_file_by_file(tmp_path, name, problem):
+    fake_checkpoint(tmp_path, 10, 1, 2)
+    tag = tmp_path / "global_step10"
+    (tag / "sub").mkdir()
+    (tag / "memory_rank0.pt").rename(tag / "moved.pt")
+    assert checkpoint.damage(str(tag), {name: {"bytes": 0, "crc32": "00000000"}}) == problem

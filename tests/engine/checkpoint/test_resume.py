@@ -1,0 +1,84 @@
+"""Resuming without a process group: finding the newest intact checkpoint, whether it can
+continue this run, and memory rows across world sizes."""
+
+import re
+
+import pytest
+
+from tests.engine.checkpoint.on_disk import damage_memory_file, fake_checkpoint, state
+from txl_dist.config import ConfigError
+from txl_dist.engine import checkpoint
+from txl_dist.engine.checkpoint import DamagedCheckpointError
+
+
+def test_resume_auto_finds_latest_and_nothing_when_fresh(tmp_path):
+    assert checkpoint.find_resume_point("auto", str(tmp_path)) is None
+    fake_checkpoint(tmp_path / "checkpoints", 10, 2, 4)
+    point = checkpoint.find_resume_point("auto", str(tmp_path))
+    assert point.tag == "global_step10" and point.passed_over == []
+    assert point.client == state(10, 2, files=point.client.files)
+    assert sorted(point.client.files) == ["memory_rank0.pt", "memory_rank1.pt"]
+    explicit = checkpoint.find_resume_point(str(tmp_path / "checkpoints/global_step10"), "unused")
+    assert explicit.tag == "global_step10"
+    with pytest.raises(FileNotFoundError, match="neither a checkpoint"):
+        checkpoint.find_resume_point(str(tmp_path / "nowhere"), "unused")
+
+
+def test_resume_auto_passes_over_damaged_checkpoints_to_the_newest_intact_one(tmp_path):
+    ckpts = tmp_path / "checkpoints"
+    for step in (10, 20, 30):
+        fake_checkpoint(ckpts, step, 2, 4)
+    fake_checkpoint(ckpts, 25, 2, 4, complete=False)
+    (ckpts / checkpoint.LATEST).write_text("global_step30")
+    damage_memory_file(ckpts / "global_step30")
+    point = checkpoint.find_resume_point("auto", str(tmp_path))
+    assert point.tag == "global_step20"
+    damaged, incomplete = point.passed_over  # newest first
+    assert re.fullmatch(
+        rf"checkpoint {ckpts}/global_step30 is damaged: memory_rank1.pt has CRC-32 [0-9a-f]{{8}}, "
+        r"txl.json records [0-9a-f]{8}: resuming from global_step20",
+        damaged,
+    )
+    assert incomplete == (
+        f"{ckpts}/global_step25/txl.json missing: checkpoint global_step25 is incomplete: "
+        "resuming from global_step20"
+    )
+    # Named explicitly, a damaged checkpoint is an error, not a silent substitute.
+    with pytest.raises(DamagedCheckpointError, match="global_step30 is damaged: memory_rank1"):
+        checkpoint.find_resume_point(str(ckpts), "unused")
+
+    (ckpts / "global_step20" / checkpoint.CLIENT_FILE).write_text('{"step": 2')  # cut short
+    damage_memory_file(ckpts / "global_step10")
+    with pytest.raises(DamagedCheckpointError) as err:
+        checkpoint.find_resume_point("auto", str(tmp_path))
+    message = str(err.value)  # the newest's damage, and that nothing else could stand in
+    assert message.startswith(f"checkpoint {ckpts}/global_step30 is damaged: memory_rank1.pt")
+    assert message.endswith(", and no earlier checkpoint is intact")
+
+
+@pytest.mark.parametrize("new_world", [1, 2, 4])
+def test_memories_follow_global_rows_across_world_sizes(tmp_path, new_world):
+    fake_checkpoint(tmp_path, 5, world_size=2, rows_per_rank=4)
+    point = checkpoint.find_resume_point(str(tmp_path), "unused")
+    rows_per_rank = 8 // new_world
+    for rank in range(new_world):
+        rows, rng = checkpoint.load_memories(point, rows_per_rank, rank)
+        first = rank * rows_per_rank
+        assert rows[1][:, 0, 0].tolist() == [
+            1000.0 + r for r in range(first, first + rows_per_rank)
+        ]
+        assert (rng is not None) == (new_world == 2)
+
+
+def test_which_checkpoints_can_resume_this_run(tmp_path):
+    point = checkpoint.ResumePoint(str(tmp_path), "global_step10", state(world_size=2))
+    checkpoint.check_resumable(point, global_rows=8, vocab_sha256="ab" * 32)
+    with pytest.raises(ConfigError, match="train.global_rows=8, this run has 16"):
+        checkpoint.check_resumable(point, global_rows=16, vocab_sha256="ab" * 32)
+    with pytest.raises(ConfigError, match="vocabulary sha256 abababababab, data.path has cdcdcd"):
+        checkpoint.check_resumable(point, global_rows=8, vocab_sha256="cd" * 32)
+    # Another world size loads ZeRO's partitioned optimizer only through the universal format.
+    assert not checkpoint.needs_universal(None, world_size=1, zero_stage=2)
+    assert not checkpoint.needs_universal(point, world_size=2, zero_stage=3)
+    assert not checkpoint.needs_universal(point, world_size=1, zero_stage=0)
+    assert checkpoint.needs_universal(point, world_size=1, zero_stage=1)

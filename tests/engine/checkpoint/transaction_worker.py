@@ -1,0 +1,122 @@
+"""One of the 2 gloo ranks of test_transaction.py: real DeepSpeed saves (ZeRO-2, bf16), a
+killed save's leftovers, a write failing on this rank only, and a full disk.
+
+python -c "from tests.engine.checkpoint.transaction_worker import main; main(ROOT)" RANK
+prints `RESULT {json}`: what this rank's saves raised, whether the kept checkpoint reloads, and
+the phases the after_phase hook heard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import resource
+import signal
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from tests.conftest import REPO_ROOT
+from txl_dist.config import load_run_config
+from txl_dist.engine import checkpoint
+from txl_dist.engine.checkpoint import Checkpointer, CheckpointState
+from txl_dist.engine.dist import World, init_distributed
+from txl_dist.engine.memory import MemoryBank
+
+WIDTH = 1000  # a Linear(WIDTH, WIDTH): 1,001,000 parameters, 14 MB per checkpoint
+NEEDED = 16 * (WIDTH * WIDTH + WIDTH)  # preflight's estimate: 16 bytes per parameter
+FILE_LIMIT = 1 << 20  # rank 1's largest file in the one-rank failure: below its optimizer shard
+STATE = CheckpointState(
+    step=0, stream={}, world_size=2, global_rows=2, rows_per_rank=1, config={}, vocab_size=10,
+    vocab_sha256="0" * 64, run_id="r1",
+)  # fmt: skip
+
+
+def directories(root: Path) -> dict[str, Path]:
+    """The checkpoints directories the ranks save into (`disk` is on a full tmpfs)."""
+    return {"plain": root / "plain" / "checkpoints", "disk": root / "disk" / "checkpoints"}
+
+
+def _engine():
+    import deepspeed
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(WIDTH, WIDTH)
+    config = {
+        "train_batch_size": 2,
+        "train_micro_batch_size_per_gpu": 1,
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 2},
+    }
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    return engine
+
+
+def main(root: str) -> None:
+    rank, dirs = int(sys.argv[1]), directories(Path(root))
+    # A file rendezvous (no port another process could take), then DeepSpeed's setup on it.
+    rendezvous = f"file://{root}/rendezvous"
+    dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=2)
+    world = World(rank, 2, rank)
+    init_distributed(world)
+    engine = _engine()
+    memory = MemoryBank(1)
+    memory.set(0, [torch.full((1, 2, 3), float(rank))])
+    # Recorded by Checkpointer.state, which these saves pass by: any config does.
+    settings = ["model.n_token=10", "model.cutoffs=[]", "model.tie_projs=[false]"]
+    config = load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), settings)
+    savers = {
+        name: Checkpointer(
+            engine=engine,
+            memory=memory,
+            config=config,
+            world=world,
+            rows_per_rank=1,
+            directory=str(directory),
+            save_interval=0,
+            keep_last=2,
+            needed_bytes=NEEDED,
+        )
+        for name, directory in dirs.items()
+    }
+    phases = []  # (phase, step) as the hook heard them, in the plain directory
+    savers["plain"].after_phase = lambda phase, step: phases.append([phase, step])
+
+    def save(where: str, step: int) -> str | None:
+        """Train a step, then save it; the error's message if the save failed."""
+        loss = engine(torch.randn(1, WIDTH).bfloat16()).float().pow(2).mean()
+        engine.backward(loss)
+        engine.step()
+        try:
+            savers[where].write(dataclasses.replace(STATE, step=step))
+        except checkpoint.CheckpointSaveError as err:
+            return str(err)
+        return None
+
+    out = {}
+    save("plain", 1)
+    if rank == 0:  # what a save of step 2 killed midway leaves
+        leftover = dirs["plain"] / f"global_step2{checkpoint.PARTIAL}"
+        leftover.mkdir()
+        (leftover / "stale.pt").write_bytes(b"from the killed save")
+    dist.barrier()
+    save("plain", 2)
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if rank == 1:  # a real write error on one rank: the kernel refuses to grow its files
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a fatal signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, hard))
+    out["one_rank"] = save("plain", 3)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+    save("disk", 1)
+    saved = engine.module.weight.detach().clone()
+    out["full"] = save("disk", 2)
+    engine.load_checkpoint(str(dirs["disk"]), tag="global_step1")
+    out["reloaded"] = torch.equal(engine.module.weight, saved)
+    out["phases"] = phases
+    print("RESULT " + json.dumps(out), flush=True)
+    dist.destroy_process_group()

@@ -1,0 +1,88 @@
+"""Checkpoints: DeepSpeed states + per-rank memories and RNG, an atomic `latest`, keep-last-K.
+
+Layout of `{out_dir}/checkpoints/`:
+    global_step{N}/            DeepSpeed's model / optimizer files for step N
+    global_step{N}/txl.json    CheckpointState: step, stream position, config, vocab, world size,
+                               and the size and CRC-32 of every other file of the checkpoint
+    global_step{N}/memory_rank{r}.pt   rank r's memories (with their first global row) and RNG
+    global_step{N}_universal/  DeepSpeed's universal conversion, for another world size
+    latest                     the newest complete tag
+
+A save writes `global_step{N}.partial/`, fsyncs and records every file, then renames it to
+`global_step{N}` and only then replaces `latest`: a kill at any moment leaves `latest` naming a
+complete checkpoint. Conversions are written the same way. A resume checks the record and, with
+`--resume auto`, passes over a damaged newest checkpoint to the previous intact one.
+
+    state.py         the layout's names, CheckpointState (txl.json), RunState, RNG states
+    integrity.py     fsync, sizes and CRC-32s, how a checkpoint differs from its record
+    trusted.py       the pickle scan before anything loads, and the weights_only loader
+    transaction.py   one save, in phases every rank passes together
+    retention.py     pruning to train.keep_last
+    checkpointer.py  Checkpointer: when a save is due, what it records; the loop's one call
+    resume.py        finding an intact checkpoint and loading it into a run
+"""
+
+from txl_dist.engine.checkpoint.checkpointer import Checkpointer
+from txl_dist.engine.checkpoint.integrity import DamagedCheckpointError, damage, digests
+from txl_dist.engine.checkpoint.resume import (
+    ResumePoint,
+    check_resumable,
+    convert_to_universal,
+    find_resume_point,
+    load_memories,
+    needs_universal,
+    restore,
+)
+from txl_dist.engine.checkpoint.retention import prune
+from txl_dist.engine.checkpoint.state import (
+    CHECKPOINT_DIR,
+    CLIENT_FILE,
+    LATEST,
+    PARTIAL,
+    STATE_VERSION,
+    TAG_PATTERN,
+    CheckpointState,
+    CheckpointStateError,
+    RunState,
+    read_latest,
+    rng_state,
+    set_rng_state,
+    tag_for,
+    tags_in,
+)
+from txl_dist.engine.checkpoint.transaction import CheckpointSaveError, SaveTransaction
+from txl_dist.engine.checkpoint.trusted import UnsafeCheckpointError, check_pickles, load_trusted
+
+__all__ = [
+    "CHECKPOINT_DIR",
+    "CLIENT_FILE",
+    "LATEST",
+    "PARTIAL",
+    "STATE_VERSION",
+    "TAG_PATTERN",
+    "CheckpointSaveError",
+    "CheckpointState",
+    "CheckpointStateError",
+    "Checkpointer",
+    "DamagedCheckpointError",
+    "ResumePoint",
+    "RunState",
+    "SaveTransaction",
+    "UnsafeCheckpointError",
+    "check_pickles",
+    "check_resumable",
+    "convert_to_universal",
+    "damage",
+    "digests",
+    "find_resume_point",
+    "load_memories",
+    "load_trusted",
+    "needs_universal",
+    "prune",
+    "read_latest",
+    "restore",
+    "rng_state",
+    "set_rng_state",
+    "tag_for",
+    "tags_in",
+]

@@ -1,0 +1,118 @@
+"""This run's checkpoints: when one is due, what it records, how it is saved and how many stay."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+from data_pipeline.streams import TokenStreams
+from txl_dist.config import RunConfig
+from txl_dist.engine import preflight
+from txl_dist.engine.checkpoint.retention import prune
+from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
+from txl_dist.engine.checkpoint.transaction import SaveTransaction
+from txl_dist.engine.dist import World
+from txl_dist.engine.memory import MemoryBank
+
+
+@dataclass
+class Checkpointer:
+    """Saves complete checkpoints of this run; every rank calls it at the same steps."""
+
+    engine: Any
+    """The DeepSpeed engine whose model and optimizer states are saved."""
+    memory: MemoryBank
+    """This rank's memories, saved with the global rows they belong to."""
+    config: RunConfig
+    """The run's config, recorded in every checkpoint (secrets left out)."""
+    world: World
+    """This rank and the world size."""
+    rows_per_rank: int
+    """Stream rows per rank and step: this rank's memories start at rank * rows_per_rank."""
+    directory: str
+    """The checkpoints directory, train.out_dir/checkpoints."""
+    save_interval: int
+    """Save every this many steps (train.save_interval); 0 saves only at the end and on a stop."""
+    keep_last: int
+    """Complete checkpoints of this run kept (train.keep_last); older ones are deleted."""
+    needed_bytes: float
+    """An estimate of one checkpoint's size, said when the disk is full."""
+    saved_step: int | None = None
+    """The step of the newest checkpoint this run holds (the resumed one's), None before any."""
+    after_phase: Callable[[str, int], None] | None = None
+    """Called with each save phase's name and step once every rank passed it (see
+    transaction.py): a test injects it to stop or kill ranks inside a save."""
+
+    @classmethod
+    def for_run(
+        cls,
+        engine,
+        memory: MemoryBank,
+        config: RunConfig,
+        world: World,
+        rows_per_rank: int,
+        resumed_step: int | None,
+    ) -> Checkpointer:
+        """The checkpoints of `config`'s run, which resumed at `resumed_step` (None: fresh)."""
+        return cls(
+            engine=engine,
+            memory=memory,
+            config=config,
+            world=world,
+            rows_per_rank=rows_per_rank,
+            directory=os.path.join(config.train.out_dir, CHECKPOINT_DIR),
+            save_interval=config.train.save_interval,
+            keep_last=config.train.keep_last,
+            needed_bytes=preflight.checkpoint_bytes(config),
+            saved_step=resumed_step,
+        )
+
+    def due(self, step: int) -> bool:
+        """Whether `step` ends a save interval."""
+        return bool(self.save_interval) and step % self.save_interval == 0
+
+    def holds(self, step: int) -> bool:
+        """Whether the newest checkpoint is of `step` (the run's end needs no other save)."""
+        return self.saved_step == step
+
+    def save(self, trainer_state: dict[str, Any], streams: TokenStreams) -> str:
+        """Save the trainer's state (RunState's fields) and the stream's; returns the path."""
+        path = self.write(self.state(trainer_state, streams))
+        self.saved_step = trainer_state["step"]
+        return path
+
+    def state(self, trainer_state: dict[str, Any], streams: TokenStreams) -> CheckpointState:
+        """What txl.json records: the trainer's and the streams' state and this run's facts."""
+        return CheckpointState(
+            **trainer_state,
+            stream=streams.state_dict(),
+            world_size=self.world.world_size,
+            global_rows=self.config.train.global_rows,
+            rows_per_rank=self.rows_per_rank,
+            config=self.config.public_dict(),  # secrets never reach a checkpoint
+            vocab_size=streams.vocab_size,
+            vocab_sha256=streams.manifest.vocab_sha256,
+            level=streams.manifest.level,
+            slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+        )
+
+    def write(self, state: CheckpointState) -> str:
+        """Write `state` and every rank's files as checkpoint `state.step`, then prune; returns
+        its path. Raises CheckpointSaveError on every rank if any rank fails."""
+        tag = SaveTransaction(
+            engine=self.engine,
+            directory=self.directory,
+            state=state,
+            memory=self.memory,
+            first_row=self.world.rank * self.rows_per_rank,
+            needed_bytes=self.needed_bytes,
+            after_phase=self.after_phase,
+        ).run()
+        if self.world.rank == 0:
+            prune(self.directory, self.keep_last, state.run_id)
+        dist.barrier()
+        return os.path.join(self.directory, tag)

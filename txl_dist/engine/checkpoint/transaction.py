@@ -1,0 +1,208 @@
+"""One save as a transaction of every rank: it is published whole or not at all.
+
+Its phases, each passed by every rank together:
+
+    prepare  rank 0 clears what an earlier failed save of this step left
+    write    every rank writes its DeepSpeed files and memories into global_stepN.partial/
+    list     every rank lists the files there
+    verify   every rank fsyncs its share of them and records their sizes and CRC-32s
+    publish  rank 0 writes the record (txl.json), renames the directory to global_stepN and
+             only then replaces `latest`
+
+After each phase the ranks agree (an all-gather of every rank's outcome): if any rank failed,
+every rank removes the partial directory and raises CheckpointSaveError, and `latest` still
+names the previous checkpoint. A kill at any moment leaves `latest` naming a complete one.
+
+The phases are where an asynchronous save divides: a snapshot of what `write` reads, `write` to
+`verify` off the training thread, and `publish` only once every rank's background part agreed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from txl_dist.engine.checkpoint.integrity import (
+    digests,
+    files_under,
+    fsync,
+    write_synced,
+)
+from txl_dist.engine.checkpoint.state import (
+    CLIENT_FILE,
+    LATEST,
+    PARTIAL,
+    UNIVERSAL,
+    CheckpointState,
+    read_latest,
+    rng_state,
+    tag_for,
+)
+from txl_dist.engine.memory import MemoryBank
+
+# DeepSpeed's ds_to_universal refuses checkpoints whose client state lacks this.
+UNIVERSAL_INFO = {"universal_checkpoint_info": {"universal_checkpoint_version": 0.2}}
+
+
+class CheckpointSaveError(RuntimeError):
+    """A save failed on some rank; every rank raises it and `latest` still names the last one."""
+
+
+@dataclass
+class SaveTransaction:
+    """The save of `state.step` by this rank, in phases every rank passes together."""
+
+    engine: Any
+    """The DeepSpeed engine whose model and optimizer states are saved."""
+    directory: str
+    """The checkpoints directory."""
+    state: CheckpointState
+    """What txl.json records (its `files` are filled in by the save)."""
+    memory: MemoryBank
+    """This rank's memories."""
+    first_row: int
+    """The first global stream row this rank's memories belong to."""
+    needed_bytes: float
+    """An estimate of one checkpoint's size, for the message when the disk is full."""
+    after_phase: Callable[[str, int], None] | None = None
+    """Called with each phase's name and the step once every rank has passed it (tests stop
+    or kill ranks there)."""
+
+    @property
+    def tag(self) -> str:
+        return tag_for(self.state.step)
+
+    @property
+    def staging(self) -> str:
+        return os.path.join(self.directory, self.tag + PARTIAL)
+
+    @property
+    def latest_staging(self) -> str:
+        return os.path.join(self.directory, LATEST + PARTIAL)
+
+    def run(self) -> str:
+        """Write the complete checkpoint from every rank; returns its tag.
+
+        Raises CheckpointSaveError on every rank if any rank fails (a full disk says so with
+        `needed_bytes`); the partial directory is then removed.
+        """
+        self._together("prepare", self._prepare)
+        self._together("write", self._write)
+        # Each rank sees at least its own files (a shared filesystem may cache listings per node).
+        listings = self._together("list", files_under, self.staging)
+        names = sorted(set().union(*listings))
+        shares = self._together("verify", self._verify_share, names)
+        files = dict(sorted(item for share in shares for item in share.items()))
+        self._together("publish", self._publish, files)
+        return self.tag
+
+    # ---- the phases ----
+
+    def _prepare(self) -> None:
+        """Rank 0 makes room for this save: a failed save of the same step left its directory."""
+        if dist.get_rank() == 0:
+            os.makedirs(self.directory, exist_ok=True)
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+    def _write(self) -> None:
+        """This rank's DeepSpeed files and memories, into the partial directory."""
+        client = {**dataclasses.asdict(self.state), **UNIVERSAL_INFO}
+        partial = os.path.basename(self.staging)
+        try:
+            self.engine.save_checkpoint(
+                self.directory, tag=partial, client_state=client, save_latest=False
+            )
+        except Exception:
+            # DeepSpeed's save ends with a barrier, which this rank skipped by failing in a write
+            # (its collectives come before them); take it so the ranks stay in step.
+            dist.barrier()
+            raise
+        memories = {"first_row": self.first_row, "memory": self.memory.rows_state()}
+        torch.save(
+            {**memories, "rng": rng_state()},
+            os.path.join(self.staging, f"memory_rank{dist.get_rank()}.pt"),
+        )
+
+    def _verify_share(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        """Fsync this rank's share of the files (every world_size-th) and record them."""
+        share = names[dist.get_rank() :: dist.get_world_size()]
+        return digests(self.staging, share, sync=True)
+
+    def _publish(self, files: dict[str, dict[str, Any]]) -> None:
+        """Rank 0 records the files, then makes the checkpoint visible and points `latest` at it."""
+        if dist.get_rank() != 0:
+            return
+        final = os.path.join(self.directory, self.tag)
+        record = dataclasses.replace(self.state, files=files)
+        write_synced(os.path.join(self.staging, CLIENT_FILE), record.to_json())
+        write_synced(self.latest_staging, self.tag)
+        fsync(self.staging)
+        # Nothing from here on needs space. A checkpoint of this step saved before (the run
+        # was resumed from an earlier one) is replaced, and so is its conversion.
+        for stale in (final, final + UNIVERSAL):
+            shutil.rmtree(stale, ignore_errors=True)
+        os.replace(self.staging, final)
+        os.replace(self.latest_staging, os.path.join(self.directory, LATEST))
+        fsync(self.directory)
+
+    # ---- how the ranks agree ----
+
+    def _together(self, phase: str, work: Callable[..., Any], *args: Any) -> list[Any]:
+        """Run `work(*args)` here and gather every rank's result; if any rank failed, undo and
+        raise on every rank."""
+        try:
+            outcome = (work(*args), None, False)
+        except Exception as err:  # noqa: BLE001 - every failure ends the save on every rank
+            outcome = (None, f"{type(err).__name__}: {err}", _out_of_space(err))
+        outcomes = [None] * dist.get_world_size()
+        dist.all_gather_object(outcomes, outcome)
+        failed = [(rank, error, full) for rank, (_, error, full) in enumerate(outcomes) if error]
+        if failed:
+            self._undo()
+            rank, error, _ = failed[0]
+            out_of_space = any(full for _, _, full in failed)
+            raise CheckpointSaveError(self._failure(rank, error, out_of_space))
+        if self.after_phase is not None:
+            self.after_phase(phase, self.state.step)
+        return [value for value, _, _ in outcomes]
+
+    def _undo(self) -> None:
+        """Remove what this save wrote; every rank waits for it, then `latest` is as before."""
+        if dist.get_rank() == 0:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            if os.path.exists(self.latest_staging):
+                os.remove(self.latest_staging)
+        dist.barrier()
+
+    def _failure(self, rank: int, error: str, out_of_space: bool) -> str:
+        """The one line that ends the run."""
+        if os.path.exists(os.path.join(self.directory, LATEST)):
+            kept = f"{LATEST} still names {read_latest(self.directory)}"
+        else:
+            kept = "no earlier checkpoint"
+        free = shutil.disk_usage(self.directory).free
+        if out_of_space or free < self.needed_bytes:
+            return (
+                f"no space left in {self.directory} for checkpoint {self.tag}: one checkpoint "
+                f"needs about {self.needed_bytes:,.0f} bytes, {free:,} are free; free space or "
+                f"move train.out_dir, then continue with --resume auto ({kept})"
+            )
+        where = f"checkpoint {self.tag} in {self.directory}"
+        return f"saving {where} failed on rank {rank}: {error} ({kept})"
+
+
+def _out_of_space(err: BaseException | None) -> bool:
+    """ENOSPC or EDQUOT anywhere in the chain (torch.save reports it as a bare RuntimeError)."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
