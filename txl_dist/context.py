@@ -33,7 +33,8 @@ class SweepRow:
     swept: str
     """Which length the sweep varies: mem_len or clamp_len."""
     context: int
-    """The swept context: attn_len for mem_len sweeps, clamp_len (-1: attn_len) for clamp_len."""
+    """The swept context: attn_len for mem_len sweeps (0 for a segment-alone row), clamp_len
+    (-1: attn_len) for clamp_len."""
     tgt_len: int
     """Segment length."""
     mem_len: int
@@ -52,11 +53,23 @@ class SweepRow:
     """Bits per character, loss / ln 2, for char-level data (else None)."""
     tokens: int
     """Tokens scored."""
+    segment_alone: bool = False
+    """mem_len 0 of a same-length memory sweep, scored with the segment alone (causal, no memory,
+    same_length off) as the sweep's no-memory baseline, at context 0."""
 
     @property
     def score(self) -> tuple[str, float | None]:
         """("ppl", value) or ("bpc", value), whichever the data's level gives."""
         return score_of(dataclasses.asdict(self))
+
+
+SEGMENT_ALONE_MARK = "*"
+"""How the table and the plot mark a segment-alone row."""
+SEGMENT_ALONE_NOTE = (
+    "the segment alone: no memory, causal attention within the segment (same_length off), "
+    "taken as context 0"
+)
+"""What the mark means, under the table and in the plot."""
 
 
 def attention_length(tgt_len: int, mem_len: int, same_length: bool) -> int:
@@ -134,8 +147,9 @@ def recl(
 
 
 CSV_FIELDS = [f.name for f in dataclasses.fields(SweepRow)]
-# Sweeps written before bits per character: word-level, no bpc column.
-CSV_FIELDS_WITHOUT_BPC = [f for f in CSV_FIELDS if f != "bpc"]
+# Columns that sweeps written before them lack: bpc (word-level, read as None) and segment_alone
+# (no such row, read as False).
+LATER_CSV_FIELDS = {"bpc", "segment_alone"}
 
 
 def write_csv(rows: list[SweepRow], path: str) -> None:
@@ -154,9 +168,15 @@ def read_csv(path: str) -> list[SweepRow]:
     kinds = {f.name: types[f.type] for f in dataclasses.fields(SweepRow)}
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames not in (CSV_FIELDS, CSV_FIELDS_WITHOUT_BPC):
+        if not _known_columns(reader.fieldnames or []):
             raise ValueError(
                 f"{path} is not a txl-eval sweep CSV: its columns are {reader.fieldnames}, "
                 f"expected {CSV_FIELDS}; write it with txl-eval --sweep-mem-len ... --out FILE"
             )
         return [SweepRow(**{k: kinds[k](row.get(k, "")) for k in CSV_FIELDS}) for row in reader]
+
+
+def _known_columns(names: list[str]) -> bool:
+    """The columns of a sweep CSV, of this version or of one before a later column."""
+    lacking = set(CSV_FIELDS) - set(names)
+    return lacking <= LATER_CSV_FIELDS and names == [f for f in CSV_FIELDS if f not in lacking]

@@ -19,7 +19,15 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from data_pipeline.streams import IGNORE_INDEX
-from txl_dist.context import Recl, SweepRow, attention_length, effective_context, recl
+from txl_dist.context import (
+    SEGMENT_ALONE_MARK,
+    SEGMENT_ALONE_NOTE,
+    Recl,
+    SweepRow,
+    attention_length,
+    effective_context,
+    recl,
+)
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.model import TransformerXL
 from txl_dist.scores import score
@@ -144,12 +152,16 @@ def _settings(model: TransformerXL, name: str, swept: str, length: int) -> Sweep
     cfg = model.config
     mem_len = length if swept == "mem_len" else cfg.mem_len
     clamp_len = length if swept == "clamp_len" else cfg.clamp_len
-    check_lengths(mem_len, cfg.same_length)
-    attn_len = attention_length(cfg.tgt_len, mem_len, cfg.same_length)
-    context = attn_len if swept == "mem_len" or clamp_len < 0 else clamp_len
+    # With same_length, mem_len 0 would attend to no keys: score the segment alone instead,
+    # the no-memory baseline a memory sweep starts from, at context 0 below every memory.
+    alone = swept == "mem_len" and mem_len == 0 and cfg.same_length
+    same_length = cfg.same_length and not alone
+    check_lengths(mem_len, same_length)
+    attn_len = attention_length(cfg.tgt_len, mem_len, same_length)
+    context = 0 if alone else attn_len if swept == "mem_len" or clamp_len < 0 else clamp_len
     return SweepRow(
-        name, swept, context, cfg.tgt_len, mem_len, clamp_len, cfg.same_length, attn_len,
-        loss=float("nan"), ppl=None, bpc=None, tokens=0,
+        name, swept, context, cfg.tgt_len, mem_len, clamp_len, same_length, attn_len,
+        loss=float("nan"), ppl=None, bpc=None, tokens=0, segment_alone=alone,
     )  # fmt: skip
 
 
@@ -197,10 +209,13 @@ def table(result: SweepResult) -> str:
     digits = 4 if name == "bpc" else 3
     lines = [f"{'model':<{width}}  mem_len  clamp_len  attn_len      loss  {name:>10}    tokens"]
     for r in result.rows:
+        mem_len = f"{r.mem_len}{SEGMENT_ALONE_MARK if r.segment_alone else ''}"
         lines.append(
-            f"{r.model:<{width}}  {r.mem_len:>7}  {r.clamp_len:>9}  {r.attn_len:>8}  "
+            f"{r.model:<{width}}  {mem_len:>7}  {r.clamp_len:>9}  {r.attn_len:>8}  "
             f"{r.loss:>8.4f}  {r.score[1]:>10.{digits}f}  {r.tokens:>8}"
         )
+    if any(r.segment_alone for r in result.rows):
+        lines.append(f"{SEGMENT_ALONE_MARK} {SEGMENT_ALONE_NOTE}")
     swept = result.rows[0].swept
     axis = "attention length" if swept == "mem_len" else "clamp length"
     lines.append(

@@ -182,6 +182,27 @@ def test_a_sweep_row_is_the_plain_run_at_that_length(capsys, corpus, model_dir, 
     assert clamp[0]["loss"] == pytest.approx(plain["loss"], abs=1e-6)
 
 
+def test_a_same_length_sweep_starts_with_the_segment_alone(capsys, corpus, model_dir, tmp_path):
+    data = ["--model", model_dir, "--data", corpus / "data", "--split", "valid", "--batch-size", 3]
+    csv = tmp_path / "sweep.csv"
+    swept = txl_eval(capsys, *data, "--sweep-mem-len", "0,4,12", "--out", csv)  # same_length
+    rows = swept["rows"]
+    assert [(r["mem_len"], r["context"], r["same_length"], r["segment_alone"]) for r in rows] == [
+        (0, 0, False, True),
+        (4, 4, True, False),
+        (12, 12, True, False),
+    ]
+    alone = txl_eval(capsys, *data, "--mem-len", 0, "--same-length", "false")
+    assert rows[0]["loss"] == pytest.approx(alone["loss"], abs=1e-6)
+    assert rows[0]["tokens"] == alone["tokens"]
+    plain = txl_eval(capsys, *data, "--mem-len", 4)
+    assert rows[1]["loss"] == pytest.approx(plain["loss"], abs=1e-6)
+    assert read_csv(str(csv)) == [SweepRow(**r) for r in rows]
+    shown = render(SweepResult([SweepRow(**r) for r in rows], 0.01, {}, {}), False).splitlines()
+    assert [line.split()[1] for line in shown[1:4]] == ["0*", "4", "12"]
+    assert shown[4].startswith("* the segment alone")
+
+
 def token_losses(model_dir, text_ids, rows: int, tgt_len: int, mem_len: int) -> np.ndarray:
     """Every scored token's loss, computed here with the model alone, in the sweep's order."""
     model = TransformerXL.from_pretrained(model_dir)
@@ -238,11 +259,12 @@ def test_models_that_cannot_be_compared_are_refused(capsys, corpus, model_dir, t
         main(["--model", str(model_dir), "--model", str(model_dir), *data, "--sweep-mem-len", "4"])
     assert refused.value.code == USAGE_ERROR  # argparse's refusals and ours: one exit status
     assert "each --model once" in capsys.readouterr().err
-    # same_length with no memory attends to nothing: refused, plain or swept
+    # same_length with no memory attends to nothing: refused, plain or in a clamp sweep
     assert main(["--model", str(model_dir), *data, "--mem-len", "0"]) == USAGE_ERROR
     assert "--same-length false" in capsys.readouterr().err
-    assert main(["--model", str(model_dir), *data, "--sweep-mem-len", "0,4"]) == USAGE_ERROR
-    assert "--same-length false" in capsys.readouterr().err
+    clamp_sweep = [*data, "--mem-len", "0", "--sweep-clamp-len", "2"]
+    assert main(["--model", str(model_dir), *clamp_sweep]) == USAGE_ERROR
+    assert "same_length needs mem_len >= 1" in capsys.readouterr().err
 
 
 def test_text_batches_split_their_rows_over_ranks():

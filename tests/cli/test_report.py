@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -144,6 +145,20 @@ def test_a_sweep_plot_has_one_line_per_model(tmp_path, capsys):
     png = (tmp_path / "a.png").read_bytes()  # beside the first CSV
     assert png.startswith(PNG_MAGIC)
     assert matplotlib.image.imread(str(tmp_path / "a.png")).shape[:2] == (450, 700)
+
+
+def test_a_segment_alone_row_is_marked_on_the_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    write_sweep(tmp_path / "same.csv", {"tiny": [5.2, 4.9, 4.8]})
+    rows = read_csv(str(tmp_path / "same.csv"))
+    rows[0] = dataclasses.replace(rows[0], context=0, mem_len=0, segment_alone=True)
+    write_csv(rows, str(tmp_path / "same.csv"))
+    curves = sweep_curves([str(tmp_path / "same.csv")])
+    assert [r.segment_alone for r in curves["tiny"]] == [True, False, False]
+    drawn = plot_sweep(curves, str(tmp_path / "plot.svg"), 0.01)
+    assert drawn["tiny"][0] == [0, 96, 128]
+    svg = (tmp_path / "plot.svg").read_text()  # matplotlib keeps each text as a comment
+    assert "mem_len 0*" in svg and "* the segment alone" in svg
 
 
 def test_a_char_level_sweep_plots_bits_per_character(tmp_path):

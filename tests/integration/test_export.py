@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from safetensors.torch import load_file
 
 from data_pipeline import load_manifest, manifest_url
 from tests.integration.runs import STEPS, records
 from txl_dist.cli import evaluate
 from txl_dist.cli.export import ExportError, export
+from txl_dist.cli.export import main as export_main
 from txl_dist.engine.checkpoint import load_trusted
 from txl_dist.model import TransformerXL
 
@@ -195,3 +197,19 @@ def test_a_missing_or_wrong_vocabulary_is_refused(zero_runs, wikitext, tmp_path)
 
     export(str(tag), str(tmp_path / "out"), vocab_path=str(wikitext / "vocab.txt"))
     assert (tmp_path / "out" / "vocab.txt").read_text() == (wikitext / "vocab.txt").read_text()
+
+
+def test_an_hf_export_loads_in_transformers_and_computes_our_logits(zero_runs, exports, tmp_path):
+    assert export_main([str(zero_runs[0]), str(tmp_path / "hf"), "--format", "hf"]) == 0
+    assert "trust_remote_code=True" in (tmp_path / "hf" / "README.md").read_text()
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "hf", trust_remote_code=True
+    ).eval()
+    ours = TransformerXL.from_pretrained(exports[0]).eval()
+    ev = ours.config.for_eval()  # the lengths txl-generate runs with
+    ours.set_lengths(mem_len=ev.mem_len, clamp_len=ev.clamp_len, same_length=False)
+    # longer than the evaluation mem_len (128), so that same_length would mask some keys
+    seed = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, ours.config.n_token, (2, 160), generator=seed)
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(ids).logits, ours(ids).log_probs, rtol=0, atol=1e-5)

@@ -196,7 +196,9 @@ sweeps:
   --out CSV.
   attn_len is the most tokens a prediction is conditioned on: mem_len with same_length,
   mem_len + tgt_len without. The swept context is attn_len for a memory sweep and clamp_len
-  (-1 counting as attn_len) for a clamp sweep.
+  (-1 counting as attn_len) for a clamp sweep. With same_length, a memory sweep's mem_len 0
+  row (marked "*", segment_alone in --json and --out) is the segment alone: causal, no
+  memory, same_length off, at context 0; the other rows stay same-length.
 
   effective context (each model): the shortest swept context whose loss is at most
   (1 + --threshold) times the loss at the longest swept context.

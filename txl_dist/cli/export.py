@@ -45,6 +45,7 @@ from txl_dist.engine.checkpoint import (
     load_trusted,
 )
 from txl_dist.exported import DATA_FILE, DTYPES
+from txl_dist.hf import export as hf_export
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
@@ -232,7 +233,10 @@ def export(
             f.write(readme(ckpt, dtype, format))
 
     try:  # written beside OUT_DIR and renamed into place: never two exports' files in one
-        model.save_pretrained(out_dir, format=format, write_extra=write_extra)
+        if format == "hf":
+            hf_export.save_hf(model, out_dir, write_extra)
+        else:
+            model.save_pretrained(out_dir, format=format, write_extra=write_extra)
     except FileExistsError as err:
         raise ExportError(str(err)) from err
     return ckpt
@@ -260,7 +264,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
         f"({r.get('tokens', '?')} tokens)"
         for r in eval_records(ckpt)
     ] or ["- none recorded at this step"]
-    weights = SAFETENSORS_FILE if format == "safetensors" else TORCH_FILE
+    weights = TORCH_FILE if format == "torch" else SAFETENSORS_FILE
     data_path = redact_text(cfg.data.path)
     return "\n".join(
         [
@@ -284,13 +288,19 @@ def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
             "",
             "## Use",
             "",
-            "```",
-            "from txl_dist.model import TransformerXL",
-            "model = TransformerXL.from_pretrained(DIR)",
-            f"txl-eval --model DIR --data {data_path} --split {cfg.data.valid_split} "
-            f"--batch-size {rows} --dtype {precision}   # the engine's evaluation",
-            'txl-generate --model DIR --prompt "The" --max-tokens 50',
-            "```",
+            *(
+                hf_export.USAGE
+                if format == "hf"
+                else [
+                    "```",
+                    "from txl_dist.model import TransformerXL",
+                    "model = TransformerXL.from_pretrained(DIR)",
+                    f"txl-eval --model DIR --data {data_path} --split {cfg.data.valid_split} "
+                    f"--batch-size {rows} --dtype {precision}   # the engine's evaluation",
+                    'txl-generate --model DIR --prompt "The" --max-tokens 50',
+                    "```",
+                ]
+            ),
             "",
         ]
     )
@@ -303,7 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("out_dir", help="output directory (created)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weight dtype")
-    parser.add_argument("--format", choices=("safetensors", "torch"), default="safetensors")
+    parser.add_argument(
+        "--format", choices=("safetensors", "torch", "hf"), default="safetensors",
+        help="hf: a directory transformers loads with trust_remote_code=True (txl_dist.hf)",
+    )  # fmt: skip
     parser.add_argument("--vocab", help="vocabulary file when the run's data.path has moved")
     parser.add_argument(
         "--storage-option",

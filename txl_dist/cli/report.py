@@ -11,7 +11,8 @@ run may log a step again; the later record wins. Only one run is drawn: the dire
 (the run of the last row), or `--run ID`.
 Sweeps (`txl-eval --sweep-mem-len ... --out FILE.csv`): perplexity (bits per character for
 char-level data) against the swept context (attention length, or clamp length), one line per
-model, each model's effective context marked.
+model, each model's effective context marked (and a same-length sweep's segment-alone row at
+context 0).
 Needs matplotlib: pip install 'txl-dist[plot]'.
 """
 
@@ -24,7 +25,14 @@ import sys
 from dataclasses import dataclass, field
 
 from txl_dist.cli import USAGE_ERROR
-from txl_dist.context import RECL_THRESHOLD, SweepRow, effective_context, read_csv
+from txl_dist.context import (
+    RECL_THRESHOLD,
+    SEGMENT_ALONE_MARK,
+    SEGMENT_ALONE_NOTE,
+    SweepRow,
+    effective_context,
+    read_csv,
+)
 from txl_dist.files import open_new
 from txl_dist.scores import LABELS, score_of
 
@@ -174,6 +182,12 @@ def plot_sweep(curves: dict[str, list[SweepRow]], out: str, threshold: float) ->
             [effective], [y[x.index(effective)]], s=140, facecolors="none",
             edgecolors=line.get_color(), zorder=3,
         )  # fmt: skip
+        for r in rows:
+            if r.segment_alone:
+                ax.annotate(
+                    f"mem_len 0{SEGMENT_ALONE_MARK}", (r.context, r.score[1]),
+                    textcoords="offset points", xytext=(6, 6),
+                )  # fmt: skip
     swept = next(iter(curves.values()))[0].swept
     ax.set_xlabel("attention length (tokens)" if swept == "mem_len" else "clamp length (tokens)")
     ax.set_ylabel(label_of_score)
@@ -183,6 +197,11 @@ def plot_sweep(curves: dict[str, list[SweepRow]], out: str, threshold: float) ->
     )
     ax.grid(alpha=0.3)
     ax.legend()
+    if any(r.segment_alone for rows in curves.values() for r in rows):
+        ax.text(
+            0.01, 0.01, f"{SEGMENT_ALONE_MARK} {SEGMENT_ALONE_NOTE}", transform=ax.transAxes,
+            fontsize=7, alpha=0.8,
+        )  # fmt: skip
     fig.tight_layout()
     save(fig, out)
     drawn = {

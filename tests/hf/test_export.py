@@ -1,0 +1,90 @@
+"""txl-export --format hf: transformers loads the directory offline with its own code, and it
+computes what our model computes, generation included."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import transformers
+
+from data_pipeline.vocab import Vocab
+from txl_dist.cli.generate import Sampling, generate
+from txl_dist.hf.export import save_hf
+from txl_dist.model import TransformerXL, TXLConfig
+from txl_dist.model.transformer import VOCAB_FILE
+
+N_TOKEN = 50
+
+
+@pytest.fixture(scope="module")
+def ours() -> TransformerXL:
+    """A random model with tied adaptive softmax clusters, at the lengths txl-generate uses."""
+    torch.manual_seed(0)
+    config = TXLConfig(
+        n_token=N_TOKEN, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, cutoffs=[20],
+        div_val=2, tgt_len=8, mem_len=8, eval_tgt_len=6, eval_mem_len=5, eval_clamp_len=7,
+        eval_same_length=True, dropout=0.0, init_std=0.5,
+    )  # fmt: skip
+    model = TransformerXL(config).eval()
+    model.set_lengths(mem_len=5, clamp_len=7, same_length=False)
+    return model
+
+
+@pytest.fixture(scope="module")
+def hf_dir(ours, tmp_path_factory):
+    out = tmp_path_factory.mktemp("hf") / "txl-hf"
+    vocab = Vocab([f"w{i}" for i in range(N_TOKEN)])
+
+    save_hf(ours, str(out), lambda d: vocab.save(f"{d}/{VOCAB_FILE}"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def theirs(hf_dir):
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_HUB_OFFLINE", "1")
+        model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True)
+    return model.eval()
+
+
+def test_the_directory_needs_neither_our_package_nor_the_network(hf_dir):
+    names = {p.name for p in hf_dir.iterdir()}
+    assert {"config.json", "model.safetensors", "modeling_txl.py", VOCAB_FILE} <= names
+    ours_imported = re.compile(r"^\s*(from|import)\s+(txl_dist|data_pipeline)\b", re.M)
+    for path in hf_dir.glob("*.py"):
+        assert not ours_imported.search(path.read_text()), path.name
+
+
+def test_logits_and_loss_are_ours(ours, theirs):
+    assert type(theirs).__name__ == "TXLForCausalLM"
+    assert next(theirs.parameters()).dtype == torch.float32
+    ids = torch.randint(0, N_TOKEN, (3, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = theirs(ids, labels=ids)
+        mine = ours(ids)
+        mine_loss = ours(ids[:, :-1], targets=ids[:, 1:]).loss.mean()
+        # the memory goes on as ours does
+        following = ids.flip(1)
+        then = theirs(following, mems=out.mems).logits
+        assert torch.allclose(then, ours(following, mems=mine.mems).log_probs, atol=1e-5)
+    assert torch.allclose(out.logits, mine.log_probs, atol=1e-5)
+    assert out.loss.item() == pytest.approx(mine_loss.item(), abs=1e-5)
+
+
+def test_greedy_generate_is_ours_token_for_token(ours, theirs):
+    prompt = torch.tensor([3, 17, 25, 4, 9])
+    steps = 12  # more than mem_len: the memory is cut as ours is
+    greedy = Sampling(temperature=0)
+    expected = [t for t, _ in generate(ours, prompt, steps, greedy, torch.Generator())]
+    with torch.no_grad():
+        got = theirs.generate(prompt[None], max_new_tokens=steps, do_sample=False)
+    assert got[0, len(prompt) :].tolist() == expected
+    assert len(set(expected)) > 1  # a generation that could differ
+
+    padded = torch.stack([prompt, prompt])
+    mask = torch.ones_like(padded)
+    mask[1, 0] = 0
+    with pytest.raises(ValueError, match="no padding"):
+        theirs.generate(padded, attention_mask=mask, max_new_tokens=2, do_sample=False)
