@@ -34,12 +34,19 @@ def process_group(args: list[str], **popen_kwargs) -> Iterator[subprocess.Popen]
         proc.wait()
 
 
-def run(args: list[str], timeout: float, **popen_kwargs) -> subprocess.CompletedProcess:
-    """subprocess.run(args, capture_output=True, text=True, timeout=timeout) in its own group."""
+def run(
+    args: list, timeout: float, check: bool = False, **popen_kwargs
+) -> subprocess.CompletedProcess:
+    """subprocess.run(args, capture_output=True, text=True, timeout=timeout) in its own group;
+    with `check`, a non-zero exit fails the test with the end of the child's stderr."""
+    args = [str(arg) for arg in args]
     with process_group(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs
     ) as proc:
         stdout, stderr = proc.communicate(timeout=timeout)
+    assert not check or proc.returncode == 0, (
+        f"{args[:3]} exited {proc.returncode}: {stderr[-3000:]}"
+    )
     return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
 
 

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests import processes
 from tests.conftest import REPO_ROOT
 from txl_dist import restarts
 
@@ -25,13 +26,11 @@ os.kill(os.getpid(), getattr(signal, sys.argv[2]))
 
 
 def run_rank(tmp_path, signal_name: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return processes.run(
         [sys.executable, "-c", RANK, str(tmp_path), signal_name],
+        timeout=60,
         env={**os.environ, "RANK": "1", "GROUP_RANK": "1", **env},
         cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
     )
 
 

@@ -1,17 +1,17 @@
 """txl-inspect reports the paper's parameter counts for its configs."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 
+from tests import processes
 from tests.conftest import REPO_ROOT
 from txl_dist.cli.inspect_model import inspect_config
 
 
 def inspect(config: str, world_size: int = 4) -> dict:
-    out = subprocess.run(
+    out = processes.run(
         [
             sys.executable,
             "-m",
@@ -22,9 +22,8 @@ def inspect(config: str, world_size: int = 4) -> dict:
             str(world_size),
             "--json",
         ],
+        timeout=300,
         check=True,
-        capture_output=True,
-        text=True,
     ).stdout
     return json.loads(out)
 

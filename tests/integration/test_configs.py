@@ -121,12 +121,8 @@ print(json.dumps(dict(parameters=sum(p.numel() for p in model.parameters()),
 
 def assert_exports_and_loads_without_deepspeed(run: Path, export_dir: Path, config: str) -> None:
     export(str(run), str(export_dir))
-    proc = subprocess.run(
-        [sys.executable, "-c", LOAD_IN_FRESH_PROCESS, str(export_dir)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO_ROOT,
+    proc = processes.run(
+        [sys.executable, "-c", LOAD_IN_FRESH_PROCESS, str(export_dir)], timeout=600, cwd=REPO_ROOT
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     loaded = json.loads(proc.stdout)

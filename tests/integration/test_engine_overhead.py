@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 
+from tests import processes
 from tests.conftest import REPO_ROOT
 
 
 def test_engine_overhead_bench_reports_parts_and_ratio(small_corpus):
     cmd = [sys.executable, str(REPO_ROOT / "bench" / "engine_overhead.py")]
     cmd += ["--data", str(small_corpus), "--steps", "2", "--nproc", "1", "--configs", "tiny"]
-    proc = subprocess.run(
-        [*cmd, "--clock", "cpu"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600
-    )
+    proc = processes.run([*cmd, "--clock", "cpu"], timeout=600, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     parts = dict(
         (name.strip(), float(ms))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import transformers
 from safetensors.torch import load_file
 
 from data_pipeline import load_manifest, manifest_url
+from tests import processes
 from tests.integration.runs import STEPS, records
 from txl_dist.cli import evaluate
 from txl_dist.cli.export import ExportError, export
@@ -108,10 +108,10 @@ torch.save({"log_probs": log_probs, "plain": plain}, out_path)
 
 def test_fresh_process_loads_both_formats_without_deepspeed(zero_runs, exports, tmp_path):
     torch_dir = tmp_path / "torch_format"
-    subprocess.run(
+    processes.run(
         [Path(sys.executable).parent / "txl-export", zero_runs[3] / "checkpoints",
          torch_dir, "--format", "torch"],
-        check=True, capture_output=True,
+        timeout=300, check=True,
     )  # fmt: skip
     assert sorted(p.name for p in torch_dir.iterdir()) == [
         "README.md", "config.json", "data.json", "pytorch_model.bin", "vocab.txt"
@@ -122,7 +122,7 @@ def test_fresh_process_loads_both_formats_without_deepspeed(zero_runs, exports, 
     ids = torch.randint(0, 32487, (2, 16), generator=torch.Generator().manual_seed(0))
     torch.save(ids, tmp_path / "ids.pt")
     script = [sys.executable, "-c", LOAD_WITHOUT_DEEPSPEED, exports[3], torch_dir]
-    subprocess.run([*map(str, script), tmp_path / "ids.pt", tmp_path / "out.pt"], check=True)
+    processes.run([*script, tmp_path / "ids.pt", tmp_path / "out.pt"], timeout=300, check=True)
 
     loaded = torch.load(tmp_path / "out.pt")
     expected = TransformerXL.from_pretrained(exports[3])(ids).log_probs

@@ -8,7 +8,6 @@ memory does to a model that trained with it. Scored on the first 100 kB of the v
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -40,9 +39,9 @@ def sweep_args(models: list[Path], data: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def one_process(models, wikitext) -> dict:
-    proc = subprocess.run(
+    proc = processes.run(
         [sys.executable, "-m", "txl_dist.cli.evaluate", *sweep_args(models, wikitext)],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
+        timeout=600, cwd=REPO_ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)

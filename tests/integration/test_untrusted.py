@@ -143,10 +143,10 @@ def test_poisoned_checkpoint_is_refused_by_export_and_resume(runs, stage, tmp_pa
     with pytest.raises(ExportError, match=r"optim_states.pt|model_states.pt") as err:
         export(str(copy), str(tmp_path / "export"), vocab_path=str(copy.parent / "none"))
     assert "posix.system" in str(err.value)
-    proc = subprocess.run(
+    proc = processes.run(
         [sys.executable, PRETRAIN, "--config", str(copy / "config.json"), "--resume", "auto",
          "--set", f"train.out_dir={copy}", "--set", "logging.wandb.mode=disabled"],
-        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+        timeout=300, cwd=REPO_ROOT,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]

@@ -1,12 +1,12 @@
 """save_pretrained / from_pretrained round trip in a fresh process that never imports deepspeed."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 import torch
 
+from tests import processes
 from txl_dist.model import TransformerXL, TXLConfig
 
 LOAD_AND_SCORE = """
@@ -41,7 +41,7 @@ def test_fresh_process_loads_identical_model_without_deepspeed(tmp_path, fmt):
     ids = torch.randint(0, 200, (2, 5))
     torch.save(ids, tmp_path / "ids.pt")
 
-    subprocess.run(
+    processes.run(
         [
             sys.executable,
             "-c",
@@ -50,6 +50,7 @@ def test_fresh_process_loads_identical_model_without_deepspeed(tmp_path, fmt):
             str(tmp_path / "ids.pt"),
             str(tmp_path / "out.pt"),
         ],
+        timeout=300,
         check=True,
     )
     torch.testing.assert_close(
