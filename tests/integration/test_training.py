@@ -339,13 +339,16 @@ def test_a_killed_rank_restarts_by_itself_and_resumes_exactly(
 # ---- a kill or a full disk inside a save ----
 
 
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
 def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
-    small_corpus, uninterrupted, tmp_path
+    small_corpus, uninterrupted, tmp_path, async_save
 ):
+    # Async: the ranks' background writes stop, and the run waits for them at its end.
+    settings = [*HARD_RESUME, f"train.async_save={str(async_save).lower()}"]
     out = tmp_path / "killed"
     checkpoints = out / "checkpoints"
     staging = checkpoints / f"global_step{2 * K}{checkpoint.PARTIAL}"
-    cmd = command(out, small_corpus, 2, HARD_RESUME, None, script=PRETRAIN_PAUSING)
+    cmd = command(out, small_corpus, 2, settings, None, script=PRETRAIN_PAUSING)
     env = {**os.environ, PAUSE_IN_SAVE_ENV: str(2 * K)}  # ranks stop inside the save
     with (
         open(tmp_path / "killed.log", "w") as log,
@@ -364,7 +367,7 @@ def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
     assert not (checkpoints / f"global_step{2 * K}").exists()
     (staging / "stale").write_text("a file only the killed save had")
 
-    proc = train(out, small_corpus, overrides=HARD_RESUME, resume="auto")
+    proc = train(out, small_corpus, overrides=settings, resume="auto")
     assert f"resumed global_step{K} at step {K}" in proc.stdout
     resumed = [r for r in records(out) if r["restart"] == 1]
     expected = [r for r in records(uninterrupted) if r["step"] > K]
