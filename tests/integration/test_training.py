@@ -22,7 +22,7 @@ import torch
 
 from tests import processes
 from tests.conftest import REPO_ROOT, small_disk
-from tests.integration.pretrain_pausing import PAUSE_IN_SAVE_ENV
+from tests.integration.pretrain_pausing import PAUSE_IN_SAVE_ENV, RELEASE_FILE_ENV
 from tests.integration.runs import (
     PRETRAIN_DUMPING,
     PRETRAIN_PAUSING,
@@ -376,6 +376,32 @@ def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
     assert not staging.exists() and not (checkpoints / f"global_step{2 * K}" / "stale").exists()
     point = checkpoint.find_resume_point("auto", str(out))
     assert point.tag == f"global_step{2 * K}" and not point.passed_over
+
+
+def test_sigterm_during_a_background_write_finishes_it_saves_and_exits_0(small_corpus, tmp_path):
+    out, release = tmp_path / "signalled", tmp_path / "release"
+    checkpoints = out / "checkpoints"
+    settings = ["train.async_save=true", "train.save_interval=2", "train.max_steps=1000"]
+    cmd = command(out, small_corpus, 2, settings, None, script=PRETRAIN_PAUSING)
+    env = {**os.environ, PAUSE_IN_SAVE_ENV: "2", RELEASE_FILE_ENV: str(release)}
+    with processes.process_group(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT, env=env
+    ) as launcher:
+        staging = checkpoints / f"global_step2{checkpoint.PARTIAL}"
+        deadline = time.monotonic() + 300
+        while not all((staging / f"memory_rank{r}.pt").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline and launcher.poll() is None, "no save began"
+            time.sleep(0.1)
+        os.kill(rank_pid(out, 1), signal.SIGTERM)  # while both ranks' background writes wait
+        release.touch()
+        output, _ = launcher.communicate(timeout=300)
+    assert launcher.returncode == 0, output[-3000:]
+    stopped = (checkpoints / checkpoint.LATEST).read_text()
+    step = int(stopped.removeprefix("global_step"))
+    assert f"stopping at step {step}: " in output and 2 < step < 1000
+    for tag in ("global_step2", stopped):  # the paused save completed, then the stop's
+        assert checkpoint.find_resume_point(str(checkpoints / tag), "unused").tag == tag
+    assert not list(checkpoints.glob(f"*{checkpoint.PARTIAL}"))
 
 
 def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_previous_checkpoint(wikitext, tmp_path):
