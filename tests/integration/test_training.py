@@ -404,11 +404,19 @@ def test_sigterm_during_a_background_write_finishes_it_saves_and_exits_0(small_c
     assert not list(checkpoints.glob(f"*{checkpoint.PARTIAL}"))
 
 
-def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_previous_checkpoint(wikitext, tmp_path):
-    # One rank's checkpoint of the tiny config is 34.5 MB: the disk holds one, not two.
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_previous_checkpoint(
+    wikitext, tmp_path, async_save
+):
+    # One rank's checkpoint of the tiny config is 34.5 MB: the disk holds one, not two. Async:
+    # step 2's background write fails, and the run ends when step 3's save waits for it.
     with small_disk(tmp_path / "disk", 50 << 20) as disk:
         out, checkpoints = disk / "run", disk / "run" / "checkpoints"
-        overrides = ["train.save_interval=1", "train.max_steps=3"]
+        overrides = [
+            "train.save_interval=1",
+            "train.max_steps=3",
+            f"train.async_save={str(async_save).lower()}",
+        ]
         proc = processes.run(command(out, wikitext, 1, overrides, None), timeout=300, cwd=REPO_ROOT)
         assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "Traceback" not in proc.stdout + proc.stderr
