@@ -112,6 +112,9 @@ class TrainConfig:
     """Steps between checkpoints (0: only at the end and on signals)."""
     keep_last: int = 3
     """Checkpoints kept; older ones are deleted once a newer one is complete."""
+    async_save: bool = False
+    """Write checkpoints in the background from a snapshot in host memory, training on; off
+    for now: on by default once the kill tests of a background write are in CI."""
     max_nonfinite_steps: int = 10
     """Abort after this many consecutive steps with a non-finite loss."""
     peak_tflops: float | None = None

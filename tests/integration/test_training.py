@@ -22,7 +22,7 @@ import torch
 
 from tests import processes
 from tests.conftest import REPO_ROOT, small_disk
-from tests.integration.pretrain_pausing import PAUSE_IN_SAVE_ENV
+from tests.integration.pretrain_pausing import PAUSE_IN_SAVE_ENV, RELEASE_FILE_ENV
 from tests.integration.runs import (
     PRETRAIN_DUMPING,
     PRETRAIN_PAUSING,
@@ -367,13 +367,18 @@ def test_a_killed_rank_restarts_by_itself_and_resumes_exactly(
 # ---- a kill or a full disk inside a save ----
 
 
+@pytest.mark.parametrize(
+    "async_save,killed", [(False, "all"), (True, "all"), (True, "rank 1")], ids=str
+)
 def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
-    small_corpus, uninterrupted, tmp_path
+    small_corpus, uninterrupted, tmp_path, async_save, killed
 ):
+    # Async: the ranks' background writes stop, and the run waits for them at its end.
+    settings = [*HARD_RESUME, f"train.async_save={str(async_save).lower()}"]
     out = tmp_path / "killed"
     checkpoints = out / "checkpoints"
     staging = checkpoints / f"global_step{2 * K}{checkpoint.PARTIAL}"
-    cmd = command(out, small_corpus, 2, HARD_RESUME, None, script=PRETRAIN_PAUSING)
+    cmd = command(out, small_corpus, 2, settings, None, script=PRETRAIN_PAUSING)
     env = {**os.environ, PAUSE_IN_SAVE_ENV: str(2 * K)}  # ranks stop inside the save
     with (
         open(tmp_path / "killed.log", "w") as log,
@@ -386,13 +391,16 @@ def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
             alive = time.monotonic() < deadline and run.poll() is None
             assert alive, (tmp_path / "killed.log").read_text()[-3000:]
             time.sleep(0.1)
-        os.killpg(run.pid, signal.SIGKILL)  # every rank and the launcher at once, mid-save
-        run.wait()
+        if killed == "all":
+            os.killpg(run.pid, signal.SIGKILL)  # every rank and the launcher at once, mid-save
+        else:
+            os.kill(rank_pid(out, 1), signal.SIGKILL)  # the launcher ends the other rank
+        run.wait(timeout=120)
     assert (checkpoints / checkpoint.LATEST).read_text() == f"global_step{K}"
     assert not (checkpoints / f"global_step{2 * K}").exists()
     (staging / "stale").write_text("a file only the killed save had")
 
-    proc = train(out, small_corpus, overrides=HARD_RESUME, resume="auto")
+    proc = train(out, small_corpus, overrides=settings, resume="auto")
     assert f"resumed global_step{K} at step {K}" in proc.stdout
     resumed = [r for r in records(out) if r["restart"] == 1]
     expected = [r for r in records(uninterrupted) if r["step"] > K]
@@ -403,11 +411,45 @@ def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
     assert point.tag == f"global_step{2 * K}" and not point.passed_over
 
 
-def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_previous_checkpoint(wikitext, tmp_path):
-    # One rank's checkpoint of the tiny config is 34.5 MB: the disk holds one, not two.
+def test_sigterm_during_a_background_write_finishes_it_saves_and_exits_0(small_corpus, tmp_path):
+    out, release = tmp_path / "signalled", tmp_path / "release"
+    checkpoints = out / "checkpoints"
+    settings = ["train.async_save=true", "train.save_interval=2", "train.max_steps=1000"]
+    cmd = command(out, small_corpus, 2, settings, None, script=PRETRAIN_PAUSING)
+    env = {**os.environ, PAUSE_IN_SAVE_ENV: "2", RELEASE_FILE_ENV: str(release)}
+    with processes.process_group(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT, env=env
+    ) as launcher:
+        staging = checkpoints / f"global_step2{checkpoint.PARTIAL}"
+        deadline = time.monotonic() + 300
+        while not all((staging / f"memory_rank{r}.pt").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline and launcher.poll() is None, "no save began"
+            time.sleep(0.1)
+        os.kill(rank_pid(out, 1), signal.SIGTERM)  # while both ranks' background writes wait
+        release.touch()
+        output, _ = launcher.communicate(timeout=300)
+    assert launcher.returncode == 0, output[-3000:]
+    stopped = (checkpoints / checkpoint.LATEST).read_text()
+    step = int(stopped.removeprefix("global_step"))
+    assert f"stopping at step {step}: " in output and 2 < step < 1000
+    for tag in ("global_step2", stopped):  # the paused save completed, then the stop's
+        assert checkpoint.find_resume_point(str(checkpoints / tag), "unused").tag == tag
+    assert not list(checkpoints.glob(f"*{checkpoint.PARTIAL}"))
+
+
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_previous_checkpoint(
+    wikitext, tmp_path, async_save
+):
+    # One rank's checkpoint of the tiny config is 34.5 MB: the disk holds one, not two. Async:
+    # step 2's background write fails, and the run ends when step 3's save waits for it.
     with small_disk(tmp_path / "disk", 50 << 20) as disk:
         out, checkpoints = disk / "run", disk / "run" / "checkpoints"
-        overrides = ["train.save_interval=1", "train.max_steps=3"]
+        overrides = [
+            "train.save_interval=1",
+            "train.max_steps=3",
+            f"train.async_save={str(async_save).lower()}",
+        ]
         proc = processes.run(command(out, wikitext, 1, overrides, None), timeout=300, cwd=REPO_ROOT)
         assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "Traceback" not in proc.stdout + proc.stderr

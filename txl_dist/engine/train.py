@@ -135,6 +135,7 @@ class Trainer:
                     self._save()
                 if stop:
                     self._announce(f"stopping at step {self.step}: {self.stop.reason()}")
+                    self._wait_for_save()
                     self._finish()
                     return self.stop.reason()
         if not self.checkpoints.holds(self.step):  # not saved in the loop, nor resumed here
@@ -143,6 +144,7 @@ class Trainer:
             self._evaluate(self.config.data.valid_split)
         if self.config.data.test_split:
             self._evaluate(self.config.data.test_split)
+        self._wait_for_save()
         self._finish()
         return None
 
@@ -260,7 +262,15 @@ class Trainer:
         self._check_nonfinite()  # never save what should have ended the run
         with self.watchdog.phase("checkpoint save", self.step):
             path = self.checkpoints.save(self.state_dict(), self.streams)
-        self._announce(f"saved checkpoint {path}")
+        if self.checkpoints.async_save:
+            self._announce(f"saving checkpoint {path} in the background")
+        else:
+            self._announce(f"saved checkpoint {path}")
+
+    def _wait_for_save(self) -> None:
+        """A background save completes before the process exits."""
+        with self.watchdog.phase("checkpoint save", self.step):
+            self.checkpoints.wait()
 
     def _announce(self, message: str) -> None:
         if self.world.is_main:

@@ -1,5 +1,6 @@
 """Saves by real DeepSpeed engines (ZeRO-2, bf16) on 2 gloo ranks: what a save records, what a
-failed save leaves behind, a write failing on one rank only, and a full disk."""
+failed save leaves behind, a write failing on one rank only, a full disk, and asynchronous saves
+(train.async_save)."""
 
 import json
 import os
@@ -99,3 +100,29 @@ def test_the_hook_hears_every_phase_every_rank_passed_and_none_after_a_failure(s
         steps = [[phase, step] for step in (1, 2) for phase in whole]
         # Step 3 failed in its write on rank 1: no rank passed it.
         assert result["phases"] == [*steps, ["prepare", 3]]
+
+
+def _record(tag):
+    return CheckpointState.from_json((tag / checkpoint.CLIENT_FILE).read_text(), "txl.json")
+
+
+def test_an_async_save_holds_the_files_a_sync_save_of_the_same_step_holds(saves):
+    dirs, results = saves
+    synced, background = dirs["plain"] / "global_step1", dirs["async"] / "global_step1"
+    assert _record(background).files == _record(synced).files  # every name, size and CRC-32
+    assert checkpoint.damage(str(background), _record(background).files) is None
+    assert (dirs["async"] / checkpoint.LATEST).read_text() == "global_step1"
+    # The snapshot is taken on the training thread; the rest ran in the background.
+    whole = ["prepare", "snapshot", "write", "list", "verify", "publish"]
+    failed = [["prepare", 3], ["snapshot", 3]]  # step 3's background write failed on rank 1
+    for result in results:
+        assert result["async_phases"] == [*[[phase, 1] for phase in whole], *failed]
+
+
+def test_a_background_write_failing_on_one_rank_ends_the_save_with_the_one_line(saves):
+    dirs, results = saves
+    message = results[0]["async_one_rank"]
+    assert results[1]["async_one_rank"] == message
+    assert message.startswith(f"saving checkpoint global_step3 in {dirs['async']} failed on rank 1")
+    assert message.endswith("(latest still names global_step1)") and "\n" not in message
+    assert sorted(p.name for p in dirs["async"].glob("global_step*")) == ["global_step1"]

@@ -1,5 +1,6 @@
 """One of the 2 gloo ranks of test_transaction.py: real DeepSpeed saves (ZeRO-2, bf16), a
-killed save's leftovers, a write failing on this rank only, and a full disk.
+killed save's leftovers, a write failing on this rank only, a full disk, and asynchronous saves
+(one of the same step as a synchronous one, one whose background write fails on this rank).
 
 python -c "from tests.engine.checkpoint.transaction_worker import main; main(ROOT)" RANK
 prints `RESULT {json}`: what this rank's saves raised, whether the kept checkpoint reloads, and
@@ -35,8 +36,10 @@ STATE = CheckpointState(
 
 
 def directories(root: Path) -> dict[str, Path]:
-    """The checkpoints directories the ranks save into (`disk` is on a full tmpfs)."""
-    return {"plain": root / "plain" / "checkpoints", "disk": root / "disk" / "checkpoints"}
+    """The checkpoints directories the ranks save into (`disk` is on a full tmpfs; `async`
+    gets asynchronous saves)."""
+    names = ("plain", "disk", "async")
+    return {name: root / name / "checkpoints" for name in names}
 
 
 def _engine():
@@ -79,25 +82,31 @@ def main(root: str) -> None:
             save_interval=0,
             keep_last=2,
             needed_bytes=NEEDED,
+            async_save=name == "async",
         )
         for name, directory in dirs.items()
     }
-    phases = []  # (phase, step) as the hook heard them, in the plain directory
-    savers["plain"].after_phase = lambda phase, step: phases.append([phase, step])
+    phases = {"plain": [], "async": []}  # [phase, step] as the hook heard them
+    for name, heard in phases.items():
+        savers[name].after_phase = lambda phase, step, heard=heard: heard.append([phase, step])
 
-    def save(where: str, step: int) -> str | None:
-        """Train a step, then save it; the error's message if the save failed."""
-        loss = engine(torch.randn(1, WIDTH).bfloat16()).float().pow(2).mean()
-        engine.backward(loss)
-        engine.step()
+    def save(where: str, step: int, train: bool = True) -> str | None:
+        """Train a step (unless not `train`), then save it and wait for the save to complete;
+        the error's message if the save failed."""
+        if train:
+            loss = engine(torch.randn(1, WIDTH).bfloat16()).float().pow(2).mean()
+            engine.backward(loss)
+            engine.step()
         try:
             savers[where].write(dataclasses.replace(STATE, step=step))
+            savers[where].wait()
         except checkpoint.CheckpointSaveError as err:
             return str(err)
         return None
 
     out = {}
     save("plain", 1)
+    save("async", 1, train=False)  # the same state, saved asynchronously
     if rank == 0:  # what a save of step 2 killed midway leaves
         leftover = dirs["plain"] / f"global_step2{checkpoint.PARTIAL}"
         leftover.mkdir()
@@ -110,6 +119,7 @@ def main(root: str) -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a fatal signal
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, hard))
     out["one_rank"] = save("plain", 3)
+    out["async_one_rank"] = save("async", 3)  # the snapshot is taken; the background write fails
     resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
     save("disk", 1)
@@ -117,6 +127,6 @@ def main(root: str) -> None:
     out["full"] = save("disk", 2)
     engine.load_checkpoint(str(dirs["disk"]), tag="global_step1")
     out["reloaded"] = torch.equal(engine.module.weight, saved)
-    out["phases"] = phases
+    out["phases"], out["async_phases"] = phases["plain"], phases["async"]
     print("RESULT " + json.dumps(out), flush=True)
     dist.destroy_process_group()

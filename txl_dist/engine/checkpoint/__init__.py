@@ -17,6 +17,7 @@ complete checkpoint. Conversions are written the same way. A resume checks the r
     integrity.py     fsync, sizes and CRC-32s, how a checkpoint differs from its record
     trusted.py       the pickle scan before anything loads, and the weights_only loader
     transaction.py   one save, in phases every rank passes together
+    background.py    train.async_save: the snapshot in host memory, the thread that writes it
     retention.py     pruning to train.keep_last
     checkpointer.py  Checkpointer: when a save is due, what it records; the loop's one call
     resume.py        finding an intact checkpoint and loading it into a run

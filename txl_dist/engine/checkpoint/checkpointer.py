@@ -12,6 +12,7 @@ import torch.distributed as dist
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
 from txl_dist.engine import preflight
+from txl_dist.engine.checkpoint.background import BackgroundSave
 from txl_dist.engine.checkpoint.retention import prune
 from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
 from txl_dist.engine.checkpoint.transaction import SaveTransaction
@@ -46,6 +47,10 @@ class Checkpointer:
     after_phase: Callable[[str, int], None] | None = None
     """Called with each save phase's name and step once every rank passed it (see
     transaction.py): a test injects it to stop or kill ranks inside a save."""
+    async_save: bool = False
+    """Write saves in the background (train.async_save): the loop waits only for a snapshot."""
+    _background: BackgroundSave | None = None
+    _group: Any = None  # the background saves' process group, made by the first one
 
     @classmethod
     def for_run(
@@ -69,6 +74,7 @@ class Checkpointer:
             keep_last=config.train.keep_last,
             needed_bytes=preflight.checkpoint_bytes(config),
             saved_step=resumed_step,
+            async_save=config.train.async_save,
         )
 
     def due(self, step: int) -> bool:
@@ -80,7 +86,8 @@ class Checkpointer:
         return self.saved_step == step
 
     def save(self, trainer_state: dict[str, Any], streams: TokenStreams) -> str:
-        """Save the trainer's state (RunState's fields) and the stream's; returns the path."""
+        """Save the trainer's state (RunState's fields) and the stream's; returns the path
+        (with async_save, that of a checkpoint still being written: see `wait`)."""
         path = self.write(self.state(trainer_state, streams))
         self.saved_step = trainer_state["step"]
         return path
@@ -102,8 +109,28 @@ class Checkpointer:
 
     def write(self, state: CheckpointState) -> str:
         """Write `state` and every rank's files as checkpoint `state.step`, then prune; returns
-        its path. Raises CheckpointSaveError on every rank if any rank fails."""
-        tag = SaveTransaction(
+        its path. Raises CheckpointSaveError on every rank if any rank fails; with async_save,
+        this or the previous save, once the previous one's background part ended."""
+        self.wait()
+        transaction = self._transaction(state)
+        if not self.async_save:
+            return self._published(transaction.run(), state)
+        if self._group is None:  # every rank saves at the same steps: a collective is safe
+            self._group = dist.new_group(backend="gloo")
+        transaction.group = self._group
+        transaction.take_snapshot()
+        self._background = BackgroundSave(lambda: self._published(transaction.complete(), state))
+        return os.path.join(self.directory, transaction.tag)
+
+    def wait(self) -> None:
+        """Return once the background save, if any, is complete; raises its CheckpointSaveError
+        (on every rank: the ranks agreed on it)."""
+        background, self._background = self._background, None
+        if background is not None:
+            background.wait()
+
+    def _transaction(self, state: CheckpointState) -> SaveTransaction:
+        return SaveTransaction(
             engine=self.engine,
             directory=self.directory,
             state=state,
@@ -111,8 +138,11 @@ class Checkpointer:
             first_row=self.world.rank * self.rows_per_rank,
             needed_bytes=self.needed_bytes,
             after_phase=self.after_phase,
-        ).run()
+        )
+
+    def _published(self, tag: str, state: CheckpointState) -> str:
+        """Prune once checkpoint `tag` is published; returns its path."""
         if self.world.rank == 0:
             prune(self.directory, self.keep_last, state.run_id)
-        dist.barrier()
+        dist.barrier(group=self._group if self.async_save else None)
         return os.path.join(self.directory, tag)

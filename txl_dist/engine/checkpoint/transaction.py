@@ -13,8 +13,9 @@ After each phase the ranks agree (an all-gather of every rank's outcome): if any
 every rank removes the partial directory and raises CheckpointSaveError, and `latest` still
 names the previous checkpoint. A kill at any moment leaves `latest` naming a complete one.
 
-The phases are where an asynchronous save divides: a snapshot of what `write` reads, `write` to
-`verify` off the training thread, and `publish` only once every rank's background part agreed.
+An asynchronous save (background.py) divides them: `prepare` and `snapshot` (what `write`
+would write, serialized into host memory) on the training thread, then `write` (of the
+snapshot) to `publish` on a background thread, agreeing over a process group of its own.
 """
 
 from __future__ import annotations
@@ -27,9 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
+from txl_dist.engine.checkpoint.background import (
+    save_to,
+    serialized,
+    serializing,
+    write_files,
+)
 from txl_dist.engine.checkpoint.integrity import (
     digests,
     files_under,
@@ -75,6 +81,11 @@ class SaveTransaction:
     after_phase: Callable[[str, int], None] | None = None
     """Called with each phase's name and the step once every rank has passed it (tests stop
     or kill ranks there)."""
+    group: Any = None
+    """The process group the ranks agree over: None, the default one; a background save's
+    own, so that its collectives never interleave with training's."""
+    snapshot: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    """This rank's files, by path, serialized by `take_snapshot` for `complete`."""
 
     @property
     def tag(self) -> str:
@@ -96,6 +107,24 @@ class SaveTransaction:
         """
         self._together("prepare", self._prepare)
         self._together("write", self._write)
+        return self._check_and_publish()
+
+    def take_snapshot(self) -> None:
+        """The training thread's part of an asynchronous save: this rank's files, serialized
+        into host memory. Raises CheckpointSaveError on every rank if any rank fails."""
+        self._together("prepare", self._prepare)
+        self._together("snapshot", self._snapshot)
+
+    def complete(self) -> str:
+        """The background part of an asynchronous save, after `take_snapshot`: write the
+        snapshot, then as `run`; returns the tag. Raises CheckpointSaveError on every rank if
+        any rank fails."""
+        self._together("write", write_files, self.snapshot)
+        self.snapshot = {}
+        return self._check_and_publish()
+
+    def _check_and_publish(self) -> str:
+        """The list, verify and publish phases, once every rank's files are written."""
         # Each rank sees at least its own files (a shared filesystem may cache listings per node).
         listings = self._together("list", files_under, self.staging)
         names = sorted(set().union(*listings))
@@ -114,6 +143,19 @@ class SaveTransaction:
 
     def _write(self) -> None:
         """This rank's DeepSpeed files and memories, into the partial directory."""
+        with serializing(self.engine, in_memory=False):
+            self._save_deepspeed()
+        save_to(self._memories(), self._memories_path())
+
+    def _snapshot(self) -> None:
+        """This rank's DeepSpeed files and memories, serialized into `snapshot`."""
+        with serializing(self.engine, in_memory=True) as deepspeed_files:
+            self._save_deepspeed()
+        memories = {self._memories_path(): serialized(self._memories())}
+        self.snapshot = {**deepspeed_files.files, **memories}
+
+    def _save_deepspeed(self) -> None:
+        """DeepSpeed's save of the model and optimizer into the partial directory."""
         client = {**dataclasses.asdict(self.state), **UNIVERSAL_INFO}
         partial = os.path.basename(self.staging)
         try:
@@ -125,11 +167,17 @@ class SaveTransaction:
             # (its collectives come before them); take it so the ranks stay in step.
             dist.barrier()
             raise
-        memories = {"first_row": self.first_row, "memory": self.memory.rows_state()}
-        torch.save(
-            {**memories, "rng": rng_state()},
-            os.path.join(self.staging, f"memory_rank{dist.get_rank()}.pt"),
-        )
+
+    def _memories(self) -> dict[str, Any]:
+        """This rank's memories, the global row they start at, and its RNG states."""
+        return {
+            "first_row": self.first_row,
+            "memory": self.memory.rows_state(),
+            "rng": rng_state(),
+        }
+
+    def _memories_path(self) -> str:
+        return os.path.join(self.staging, f"memory_rank{dist.get_rank()}.pt")
 
     def _verify_share(self, names: list[str]) -> dict[str, dict[str, Any]]:
         """Fsync this rank's share of the files (every world_size-th) and record them."""
@@ -163,7 +211,7 @@ class SaveTransaction:
         except Exception as err:  # noqa: BLE001 - every failure ends the save on every rank
             outcome = (None, f"{type(err).__name__}: {err}", _out_of_space(err))
         outcomes = [None] * dist.get_world_size()
-        dist.all_gather_object(outcomes, outcome)
+        dist.all_gather_object(outcomes, outcome, group=self.group)
         failed = [(rank, error, full) for rank, (_, error, full) in enumerate(outcomes) if error]
         if failed:
             self._undo()
@@ -180,7 +228,7 @@ class SaveTransaction:
             shutil.rmtree(self.staging, ignore_errors=True)
             if os.path.exists(self.latest_staging):
                 os.remove(self.latest_staging)
-        dist.barrier()
+        dist.barrier(group=self.group)
 
     def _failure(self, rank: int, error: str, out_of_space: bool) -> str:
         """The one line that ends the run."""
