@@ -493,10 +493,8 @@ def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_previous_checkpoint(
 )
 def test_bad_config_fails_before_any_process_group(wikitext, tmp_path, override, message):
     env_set = override.removeprefix("TXL_SET=") if override.startswith("TXL_SET=") else ""
-    proc = subprocess.run(
+    proc = processes.run(
         command(tmp_path, wikitext, 1, [] if env_set else [override], None),
-        capture_output=True,
-        text=True,
         timeout=120,
         env={**os.environ, "TXL_SET": env_set},
     )
@@ -510,7 +508,7 @@ def test_a_directory_with_another_run_is_refused_kept_or_moved_aside(
 ):
     before = files_and_times(uninterrupted)
     fresh = command(uninterrupted, small_corpus, 1, HARD_RESUME, None)
-    proc = subprocess.run(fresh, capture_output=True, text=True, timeout=120)
+    proc = processes.run(fresh, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "run directory error: train.out_dir" in proc.stderr
     assert files_and_times(uninterrupted) == before
@@ -545,9 +543,7 @@ def test_a_corrupt_shard_ends_each_rank_in_one_line_with_the_traceback_kept(smal
     raw[len(raw) // 2] ^= 0xFF  # inside a sample's tokens: its CRC no longer matches
     shard.write_bytes(bytes(raw))
     out = tmp_path / "run"
-    proc = subprocess.run(
-        command(out, data, 2, [], None), capture_output=True, text=True, timeout=300, cwd=REPO_ROOT
-    )
+    proc = processes.run(command(out, data, 2, [], None), timeout=300, cwd=REPO_ROOT)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert not rank_tracebacks(output), output[-3000:]
@@ -572,9 +568,7 @@ def test_diverging_run_skips_non_finite_steps_then_stops_with_a_clear_error(wiki
         "train.max_steps=20",
         "deepspeed.zero_optimization.stage=1",
     ]
-    proc = subprocess.run(
-        command(tmp_path, wikitext, 1, overrides, None), capture_output=True, text=True, timeout=300
-    )
+    proc = processes.run(command(tmp_path, wikitext, 1, overrides, None), timeout=300)
     assert proc.returncode != 0
     assert "3 consecutive steps had a non-finite loss" in proc.stderr
     logged = train_losses(tmp_path)
