@@ -1,11 +1,11 @@
 """Real runs (ZeRO 0, 2, 3) with secrets leave no trace of them; poisoned checkpoints are refused.
 
-Each stage trains one step on one rank from an HTTP server, with a password in data.path and a
-bearer token in data.storage_options, wandb offline; then resumes to step 2 with the secrets
-given again on the command line (the checkpoint holds them redacted), and is exported. Every
-file of the run, wandb and export directories and every captured output is searched for the
-secrets. Copies of the checkpoints with a code-running pickle are then refused by resume and
-export before anything is unpickled.
+Each stage trains one step on one rank from an HTTP server, with a password in data.path, a
+bearer token in data.storage_options and an API key in the deepspeed section, wandb offline;
+then resumes to step 2 with the secrets given again on the command line (the checkpoint holds
+them redacted), and is exported. Every file of the run, wandb and export directories and every
+captured output is searched for the secrets. Copies of the checkpoints with a code-running
+pickle are then refused by resume and export before anything is unpickled.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from txl_dist.engine.checkpoint import CLIENT_FILE, CheckpointState, digests, lo
 
 STAGES = (0, 2, 3)
 PASSWORD, TOKEN = "pw-Zq81SECRET", "tok-Hx27SECRET"
-SECRETS = (PASSWORD, TOKEN)
+API_KEY = "key-Cw55SECRET"  # in the deepspeed section, which DeepSpeed keeps in its checkpoints
+SECRETS = (PASSWORD, TOKEN, API_KEY)
 
 
 class Payload:
@@ -65,6 +66,7 @@ def pretrain(out_dir: Path, data_url: str, stage: int, steps: int) -> subprocess
     settings = [
         f"data.path={data_url}",
         f"data.storage_options={options}",
+        f"deepspeed.comet={json.dumps({'enabled': False, 'api_key': API_KEY})}",
         f"train.out_dir={out_dir}",
         f"deepspeed.zero_optimization.stage={stage}",
         f"model.n_token={n_token}",

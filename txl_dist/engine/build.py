@@ -13,6 +13,7 @@ import deepspeed
 import torch
 from deepspeed.accelerator import get_accelerator
 
+from data_pipeline.redact import redact
 from data_pipeline.shards import manifest_url
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import ConfigError, RunConfig
@@ -108,10 +109,14 @@ def initialize_engine(model: torch.nn.Module, optimizer, scheduler, ds_config: d
     foreach clipping computes the same scale in one pass (a tiny-config step 1.3 ms shorter).
     On one rank its backward would also copy every gradient into a flat buffer, all-reduce it
     alone and copy it back.
+
+    DeepSpeed pickles its raw config into every checkpoint it saves (`ds_config`), so once it
+    has set up from it (a comet or monitor key included), the engine keeps the redacted copy.
     """
     engine, _, _, scheduler = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
     )
+    engine.config = redact(engine.config)
     if engine.optimizer is optimizer:
         engine.clip_fp32_gradients = functools.partial(
             torch.nn.utils.clip_grad_norm_,
