@@ -30,8 +30,14 @@ from txl_dist.files import open_new
 
 HANG_EXIT_CODE = 75  # a rank's watchdog found the run hung (EX_TEMPFAIL: a restart may well work)
 GUARD_NOTE_ENV = "TXL_GUARD_NOTE"  # set in a guarded rank: where to write its run directory
+LAUNCHER_ENV = "TXL_LAUNCHER_PID"  # set in a guarded rank: the launcher's pid, its guard's parent
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # the ranks' stop signals
 _PR_SET_PDEATHSIG = 1
+
+
+def launcher_pid() -> int:
+    """The pid of the launcher that started this rank: its parent, or its guard's parent."""
+    return int(os.environ.get(LAUNCHER_ENV) or os.getppid())
 
 
 def restart_count() -> int:
@@ -90,7 +96,7 @@ def _run_rank(note: str) -> int:
     """Run `python argv` as the rank; forward the stop signals; return its exit code."""
     child = subprocess.Popen(
         [sys.executable, *sys.orig_argv[1:]],
-        env={**os.environ, GUARD_NOTE_ENV: note},
+        env={**os.environ, GUARD_NOTE_ENV: note, LAUNCHER_ENV: str(os.getppid())},
         preexec_fn=_die_with_parent,
     )
     for sig in FORWARDED:  # usually the rank got the signal too (process group, SLURM step)

@@ -15,6 +15,8 @@ import pytest
 from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
+from txl_dist import restarts
+from txl_dist.engine import dist
 from txl_dist.engine.dist import say_if_building_the_kernel
 
 LISTENING = """
@@ -100,3 +102,15 @@ def test_a_first_run_says_before_the_kernel_build_and_later_runs_do_not(
         monkeypatch.setenv("TORCH_EXTENSIONS_DIR", sys.prefix + "/torch_extensions")
         say_if_building_the_kernel()  # this environment's cache: built by the runs above
     assert caplog.text == ""
+
+
+def test_every_guarded_rank_of_a_start_names_one_rendezvous_file(monkeypatch):
+    # Under a restarting launcher each rank's parent is its own guard: the file is named after
+    # the launcher (the guards' parent) and the start, or the ranks never meet.
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    monkeypatch.setenv(restarts.LAUNCHER_ENV, "4242")
+    assert dist._job_store().endswith("rendezvous-29500-4242-2")
+    monkeypatch.delenv(restarts.LAUNCHER_ENV)
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT")
+    assert dist._job_store().endswith(f"rendezvous-29500-{os.getppid()}-0")

@@ -25,6 +25,7 @@ from txl_dist.engine.shm_collectives import (
     kernel_needs_building,
     route_through_shared_memory,
 )
+from txl_dist.restarts import launcher_pid, restart_count
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,10 @@ def _all_ranks_local(world: World) -> bool:
 
 
 def _job_store() -> str:
-    """The rendezvous file every local rank of this job names alike, in this user's own folder.
+    """The rendezvous file every local rank of this start names alike, in this user's own folder.
 
-    The launcher (their common parent) and its port tell jobs apart.
+    The launcher (their common parent, or their guards' under a restarting launcher) and its
+    port tell jobs apart, the restart count a job's starts: a killed start leaves its file.
     """
     folder = os.path.join(tempfile.gettempdir(), f"txl-dist-{os.getuid()}")
     with contextlib.suppress(FileExistsError):
@@ -84,7 +86,8 @@ def _job_store() -> str:
     info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise RuntimeError(f"{folder} is not a folder of this user's alone: remove it")
-    return os.path.join(folder, f"rendezvous-{os.environ.get('MASTER_PORT')}-{os.getppid()}")
+    start = f"{os.environ.get('MASTER_PORT')}-{launcher_pid()}-{restart_count()}"
+    return os.path.join(folder, f"rendezvous-{start}")
 
 
 def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
