@@ -14,10 +14,11 @@ def pinned() -> dict[str, str]:
 def test_installed_versions_equal_the_constraints_file():
     pins = pinned()
     assert {"deepspeed", "webdataset", "wandb", "fsspec", "numpy"} <= pins.keys()
-    installed = {
-        dist.metadata["Name"].lower().replace("_", "-"): dist.version
-        for dist in metadata.distributions()
-    }
+    # The first of a name on sys.path is the one imported: setuptools, once imported, appends
+    # its _vendor folder, whose older vendored copies (platformdirs) come later.
+    installed = {}
+    for dist in metadata.distributions():
+        installed.setdefault(dist.metadata["Name"].lower().replace("_", "-"), dist.version)
     differing = {
         name: (version, installed.get(name))
         for name, version in pins.items()
