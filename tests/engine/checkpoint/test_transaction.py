@@ -63,12 +63,17 @@ def test_a_truncated_file_makes_resume_fall_back_to_the_previous_checkpoint(save
         checkpoint.find_resume_point(str(newest), "unused")  # asked for by name: no fallback
 
 
+def assert_step3_failed_on_rank_1(results, key, directory, latest):
+    """Both ranks ended step 3's save with the same one line, naming rank 1 and `latest`."""
+    message = results[0][key]
+    assert results[1][key] == message
+    assert message.startswith(f"saving checkpoint global_step3 in {directory} failed on rank 1")
+    assert message.endswith(f"(latest still names {latest})") and "\n" not in message
+
+
 def test_a_write_failing_on_one_rank_ends_the_save_on_every_rank(saves):
     dirs, results = saves
-    message = results[0]["one_rank"]
-    assert results[1]["one_rank"] == message
-    assert message.startswith(f"saving checkpoint global_step3 in {dirs['plain']} failed on rank 1")
-    assert message.endswith("(latest still names global_step2)") and "\n" not in message
+    assert_step3_failed_on_rank_1(results, "one_rank", dirs["plain"], latest="global_step2")
     assert (dirs["plain"] / checkpoint.LATEST).read_text() == "global_step2"
     assert sorted(p.name for p in dirs["plain"].glob("global_step*")) == [
         "global_step1",
@@ -121,8 +126,5 @@ def test_an_async_save_holds_the_files_a_sync_save_of_the_same_step_holds(saves)
 
 def test_a_background_write_failing_on_one_rank_ends_the_save_with_the_one_line(saves):
     dirs, results = saves
-    message = results[0]["async_one_rank"]
-    assert results[1]["async_one_rank"] == message
-    assert message.startswith(f"saving checkpoint global_step3 in {dirs['async']} failed on rank 1")
-    assert message.endswith("(latest still names global_step1)") and "\n" not in message
+    assert_step3_failed_on_rank_1(results, "async_one_rank", dirs["async"], latest="global_step1")
     assert sorted(p.name for p in dirs["async"].glob("global_step*")) == ["global_step1"]
