@@ -106,7 +106,7 @@ def reference_step(ours: TransformerXL, tokens: torch.Tensor, path: str):
         mem_len=c.mem_len,
         cutoffs=c.cutoffs,
         attn_type=0,
-    ).train()
+    ).to(tokens.device)  # its legacy torch.Tensor(...) parameters ignore a default device
     model.load_state_dict(ours.state_dict(), strict=False)  # all but its inv_freq buffer
     model.crit.keep_order = True  # NLL per token in input order, not grouped by cluster
     data, target = tokens[:, :-1].t().contiguous(), tokens[:, 1:].t().contiguous()
