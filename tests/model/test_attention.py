@@ -11,8 +11,8 @@ from txl_dist.model.attention import (
     attend,
     attention_bias,
     attention_mask,
-    masked_scores,
     padded_sdpa,
+    position_bias,
     rel_shift,
     relative_distances,
     sinusoid_encoding,
@@ -67,14 +67,16 @@ def test_rel_shift_attention_equals_direct_pairs(clamp_len, same_length, m_len):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-def test_rel_shift_moves_each_row_by_its_distance():
+def test_rel_shift_moves_each_row_by_its_distance_as_a_view():
     q_len, k_len = 3, 7
-    scores = torch.arange(q_len * k_len, dtype=torch.float).view(1, 1, q_len, k_len)
-    shifted = rel_shift(scores)
+    scores = torch.arange(q_len * k_len, dtype=torch.float).view(1, 1, q_len, k_len) + 1
+    padded = torch.nn.functional.pad(scores, (1, 0))
+    shifted = rel_shift(padded)
     m_len = k_len - q_len
     for i in range(q_len):
         for j in range(m_len + i + 1):
             assert shifted[0, 0, i, j] == scores[0, 0, i, j + q_len - 1 - i]
+    assert shifted.untyped_storage().data_ptr() == padded.untyped_storage().data_ptr()
 
 
 def test_same_length_gives_every_query_mem_len_keys():
@@ -85,22 +87,28 @@ def test_same_length_gives_every_query_mem_len_keys():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_masked_scores_equal_scaling_then_masking_forward_and_backward(dtype):
-    """The attention scales and masks its position scores in one op; scaling then masking in
-    the scores' dtype is the definition, so both agree exactly, bf16 included."""
+def test_position_bias_is_the_scaled_shifted_product_masked_forward_and_backward(dtype):
+    """position_bias (zero slot in the product, shift as a view, scale on the query) against the
+    definition: the product, then the pad-and-copy shift, scaled, masked; gradients too."""
     torch.manual_seed(0)
     q_len, m_len, scale = 5, 7, 32**-0.5
+    k_len = q_len + m_len
     allowed = attention_mask(q_len, m_len, 4, True, "cpu")
-    scores = torch.randn(2, 3, q_len, m_len + q_len, dtype=dtype)
-    grad = torch.randn(scores.shape, dtype=dtype).masked_fill(~allowed, 0)
-    fused, plain = scores.clone().requires_grad_(), scores.clone().requires_grad_()
-    got = masked_scores(fused, attention_bias(q_len, m_len, 4, True, "cpu"), scale)
-    want = (plain * scale).masked_fill(~allowed, float("-inf"))
+    query, r_key = torch.randn(2, 3, q_len, 32, dtype=dtype), torch.randn(3, 32, k_len, dtype=dtype)
+    grad = torch.randn(2, 3, q_len, k_len, dtype=dtype).masked_fill(~allowed, 0)
+    fused = [t.clone().requires_grad_() for t in (query, r_key)]
+    plain = [t.clone().double().requires_grad_() for t in (query, r_key)]
+    got = position_bias(*fused, attention_bias(q_len, m_len, 4, True, "cpu", dtype), scale)
+    padded = torch.nn.functional.pad(torch.matmul(*plain), (1, 0))
+    shifted = padded.view(2, 3, k_len + 1, q_len)[:, :, 1:].reshape(2, 3, q_len, k_len)
+    want = (shifted * scale).masked_fill(~allowed, float("-inf"))
     got.backward(grad)
-    want.backward(grad)
+    want.backward(grad.double())
+    tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=5e-2)
     assert got.dtype == dtype
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
-    torch.testing.assert_close(fused.grad, plain.grad, rtol=0, atol=0)
+    torch.testing.assert_close(got.double(), want, **tolerance)
+    for mine, theirs in zip(fused, plain):
+        torch.testing.assert_close(mine.grad.double(), theirs.grad, **tolerance)
 
 
 def attention_inputs():
@@ -109,7 +117,7 @@ def attention_inputs():
     query = torch.randn(2, 3, q_len, 8)
     key, value = (torch.randn(2, 3, m_len + q_len, 8) for _ in range(2))
     scores = torch.randn(2, 3, q_len, m_len + q_len)
-    bias = masked_scores(scores, attention_bias(q_len, m_len, 4, True, "cpu"), scale)
+    bias = scores * scale + attention_bias(q_len, m_len, 4, True, "cpu")
     return [t.requires_grad_() for t in (query, key, value, bias)], scale
 
 

@@ -5,10 +5,10 @@ D head size. The score of query i and key j is, with R the sinusoid of the dista
 
     (a) q_i . k_j  +  (b) q_i . W_R R_{i-j}  +  (c) u . k_j  +  (d) v . W_R R_{i-j}
 
-(a)+(c) is one product of (q + u) with the keys, computed by `attend`; (b)+(d) is (q + v)
-against the projected relative encodings, realigned by `rel_shift` and passed to `attend` as the
-additive bias together with the causal / same-length mask (`attention_bias`, added in the same
-pass that scales the scores).
+(a)+(c) is one product of (q + u) with the keys, computed by `attend`; (b)+(d) is the scaled
+(q + v) against the projected relative encodings, realigned by `rel_shift` and passed to `attend`
+as the additive bias together with the causal / same-length mask (`attention_bias`): one pass
+over [B, H, Q, K] after the product (`position_bias`).
 """
 
 from __future__ import annotations
@@ -55,32 +55,42 @@ def attention_mask(
     return allowed
 
 
-def attention_bias(q_len: int, m_len: int, mem_len: int, same_length: bool, device) -> Tensor:
-    """[Q, K] float32 additive mask: 0 where `attention_mask` allows, -inf elsewhere."""
+def attention_bias(
+    q_len: int,
+    m_len: int,
+    mem_len: int,
+    same_length: bool,
+    device,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """[Q, K] additive mask in `dtype`: 0 where `attention_mask` allows, -inf elsewhere."""
     allowed = attention_mask(q_len, m_len, mem_len, same_length, device)
-    return torch.zeros(allowed.shape, device=device).masked_fill(~allowed, -math.inf)
+    return torch.zeros(allowed.shape, device=device, dtype=dtype).masked_fill(~allowed, -math.inf)
 
 
-def masked_scores(scores: Tensor, mask: Tensor, scale: float) -> Tensor:
-    """`scores * scale` where `mask` (attention_bias) allows, -inf elsewhere, in scores' dtype.
+def position_bias(query: Tensor, r_key: Tensor, mask: Tensor, scale: float) -> Tensor:
+    """Terms (b)+(d), scaled, realigned and masked: [B, H, Q, K] in query's dtype.
 
-    One pass over [B, H, Q, K] forward and backward instead of scaling and then masking.
-    Adding 0 is exact, and the float32 mask makes the sum float32, so the scale is applied in
-    float32 and rounded once, as scaling in bf16 does (torch.add would round alpha to bf16).
+    query [B, H, Q, D] (already q + v), r_key [H, D, K], mask [Q, K] (attention_bias, in
+    query's dtype). A zero slot in front of the keys makes the product the padded scores
+    `rel_shift` re-views, and the scale goes on the query ([B, H, Q, D], K/D times smaller
+    than the scores): after the product, adding the mask is the only pass over [B, H, Q, K].
     """
-    return torch.add(mask, scores, alpha=scale).to(scores.dtype)
+    padded = torch.matmul(query * scale, F.pad(r_key, (1, 0)))  # [B, H, Q, K+1], column 0 zero
+    return rel_shift(padded) + mask
 
 
-def rel_shift(scores: Tensor) -> Tensor:
-    """Realign position scores: out[..., i, j] = scores[..., i, j + Q - 1 - i] for j <= i + M.
+def rel_shift(padded: Tensor) -> Tensor:
+    """Realign position scores: [B, H, Q, K+1] whose column 0 is zero -> [B, H, Q, K] with
+    out[..., i, j] = padded[..., i, j + Q - i] for j <= i + M (a view, no copy).
 
-    `scores[..., i, p]` pairs query i with relative slot p (distance K-1-p); after the shift,
+    `padded[..., i, 1 + p]` pairs query i with relative slot p (distance K-1-p); after the shift,
     column j holds the slot of distance M + i - j. Entries above that diagonal are junk that the
-    causal mask removes. Padding one zero column and re-viewing does this without a gather.
+    causal mask removes. Each (b, h) block read flat from offset Q in rows of K is exactly that
+    realignment (the classic pad-and-re-view trick), so it is a strided view of `padded`.
     """
-    b, h, q, k = scores.shape
-    padded = F.pad(scores, (1, 0))  # [B, H, Q, K+1]
-    return padded.view(b, h, k + 1, q)[:, :, 1:].reshape(b, h, q, k)  # [B, H, Q, K]
+    b, h, q, k_plus_1 = padded.shape
+    return padded.flatten(2)[..., q:].view(b, h, q, k_plus_1 - 1)
 
 
 def attend(
@@ -185,9 +195,8 @@ class RelMultiHeadAttention(nn.Module):
             self.r_net(pos_enc).view(k_len, self.n_head, self.d_head).permute(1, 2, 0)
         )  # [H, D, K]
 
-        # Terms (b)+(d): [B, H, Q, D] @ [H, D, K] -> [B, H, Q, K], then realigned by distance.
-        position_scores = rel_shift(torch.matmul(query + r_r_bias[:, None], r_key))
-        bias = masked_scores(position_scores, mask, self.scale)  # [B, H, Q, K]
+        # Terms (b)+(d): [B, H, Q, D] @ [H, D, K] -> [B, H, Q, K], realigned by distance, masked.
+        bias = position_bias(query + r_r_bias[:, None], r_key, mask.to(query.dtype), self.scale)
 
         # Terms (a)+(c): softmax((q + u) k^T * scale + bias) @ v -> [B, H, Q, D]
         dropatt = self.dropatt if self.training else 0.0

@@ -316,7 +316,7 @@ def segment_constants(
     Never inference tensors (an evaluation may be the first to make them), never in a graph.
     """
     with torch.inference_mode(False), torch.no_grad():
-        mask = attention_bias(q_len, m_len, mem_len, same_length, device)
+        mask = attention_bias(q_len, m_len, mem_len, same_length, device, dtype)
         distances = relative_distances(m_len + q_len, clamp_len, device)
         return mask, sinusoid_encoding(distances, d_model).to(dtype)
 
