@@ -114,3 +114,21 @@ def test_every_guarded_rank_of_a_start_names_one_rendezvous_file(monkeypatch):
     monkeypatch.delenv(restarts.LAUNCHER_ENV)
     monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT")
     assert dist._job_store().endswith(f"rendezvous-29500-{os.getppid()}-0")
+
+
+def test_a_rank_bound_to_one_gpu_takes_the_one_it_sees():
+    """srun --gpu-bind leaves each task one visible GPU while SLURM_LOCALID counts the node's."""
+    assert [dist.device_index(rank, 1) for rank in range(4)] == [0, 0, 0, 0]
+    assert [dist.device_index(rank, 8) for rank in range(4)] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("variable", ["LOCAL_WORLD_SIZE", "LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"])
+def test_threads_are_the_cores_shared_among_the_nodes_ranks(monkeypatch, variable):
+    for name in ("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(name, raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert dist.threads_per_rank() == cores
+    monkeypatch.setenv(variable, str(2 * cores))  # more ranks than cores: one thread each
+    assert dist.threads_per_rank() == 1
+    monkeypatch.setenv(variable, "1")
+    assert dist.threads_per_rank() == cores

@@ -37,6 +37,7 @@ def test_gpus_give_one_task_per_gpu_and_pretrain_args_pass_through():
     assert line[0] == "sbatch" and line[-3].endswith("launch/slurm/pretrain.sbatch")
     flags = " ".join(line[1:-3])
     assert "--nodes 4" in flags and "--ntasks-per-node 8 --gpus-per-node 8" in flags
+    assert "--cpus-per-task 4" in flags  # not SLURM's one core per GPU rank
     assert "--time 24:00:00" in flags and "--signal B:USR1@300" in flags
     assert "--partition" not in flags and "--account" not in flags
     assert line[-2:] == ["--config", "configs/large.json"]
@@ -49,3 +50,12 @@ def test_environment_gives_defaults_and_cpu_fallback():
     flags = " ".join(line)
     assert "--ntasks-per-node 2" in flags and "--gpus-per-node" not in flags
     assert "--partition cpu" in flags and "--signal B:USR1@60" in flags
+
+
+def test_cores_per_rank_are_asked_for_or_left_to_the_site():
+    flags = " ".join(sbatch_line("--gpus-per-node", "8", "--cpus-per-task", "12", "--", "-c"))
+    assert "--cpus-per-task 12" in flags
+    flags = " ".join(sbatch_line("--gpus-per-node", "8", "--", "-c", TXL_CPUS_PER_TASK="0"))
+    assert "--cpus-per-task" not in flags
+    assert "--cpus-per-task" not in " ".join(sbatch_line("--", "-c"))  # CPU ranks: as before
+    assert "--cpus-per-task 2" in " ".join(sbatch_line("--", "-c", TXL_CPUS_PER_TASK="2"))

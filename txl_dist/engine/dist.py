@@ -53,6 +53,20 @@ def _env_int(*names: str, default: int) -> int:
     return default
 
 
+def device_index(local_rank: int, visible_devices: int) -> int:
+    """This rank's device among those it sees: all of the node's, or where the site binds one
+    GPU per task (srun --gpu-bind), only its own, while its local rank still counts the node's."""
+    return local_rank % visible_devices
+
+
+def threads_per_rank() -> int:
+    """The cores this process may use, shared among the node's ranks: more threads than cores
+    makes OpenMP workers spin against each other and CPU steps many times slower."""
+    local_ranks = _env_int("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", default=1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // local_ranks)
+
+
 def world_from_env() -> World:
     """Read the launcher's variables without starting anything (so config errors come first)."""
     return World(
@@ -134,13 +148,13 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
     accelerator = get_accelerator()
     if accelerator.device_name() != "cpu":
-        accelerator.set_device(world.local_rank)
-    elif "OMP_NUM_THREADS" not in os.environ:
-        # CPU ranks on one node share its cores: more threads than cores makes the OpenMP
-        # workers spin against each other and steps many times slower.
-        local_ranks = _env_int("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", default=1)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        torch.set_num_threads(max(1, (cores or 1) // local_ranks))
+        # Before the first allocation: evaluation's many key lengths fragment the fixed-size
+        # segments of the default allocator.
+        if not {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"} & os.environ.keys():
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        accelerator.set_device(device_index(world.local_rank, accelerator.device_count()))
+    if "OMP_NUM_THREADS" not in os.environ:  # srun sets none, torchrun 1, deepspeed none
+        torch.set_num_threads(threads_per_rank())
     if accelerator.device_name() == "cpu" and world.is_main:
         say_if_building_the_kernel()
     deepspeed.init_distributed(
