@@ -22,6 +22,7 @@ from txl_dist.engine.evaluate import EvalResult
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.profiling import OutOfDeviceMemoryError
+from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.train import NonFiniteLossError, Trainer
 from txl_dist.engine.watchdog import Watchdog
 from txl_dist.model.accounting import rank_memory_bytes
@@ -37,6 +38,9 @@ class FakeEngine:
         self.events, self.steps, self.nan_from, self.oom_at = events, 0, None, None
         self.watchdog, self.phases = watchdog, []  # the watchdog's phase at each step
         self.saved = []  # the states of the checkpoints saved
+        # DeepSpeed's fp16 overflow handling: an update skipped is counted and does not step
+        # the learning-rate schedule; the others do.
+        self.skipped_steps, self.overflow_at, self.scheduler = 0, set(), None
 
     def __call__(self, input_ids, targets, mems):
         diverged = self.nan_from is not None and self.steps + 1 >= self.nan_from
@@ -54,6 +58,11 @@ class FakeEngine:
 
     def step(self):
         self.steps += 1
+        if self.steps in self.overflow_at:
+            self.skipped_steps += 1
+        elif self.scheduler is not None:
+            self.scheduler.optimizer.step()
+            self.scheduler.step()
         self.events.append(f"step{self.steps}")
         self.phases.append(self.watchdog.current)
 
@@ -265,3 +274,15 @@ def test_updates_deepspeed_skipped_for_overflow_are_logged_as_skipped_steps(tmp_
     trainer.run()
     rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["skipped_steps"] for r in rows if "split" not in r] == [3, 3]
+
+
+def test_the_learning_rate_follows_the_step_count_through_skipped_updates(tmp_path):
+    trainer = make_trainer(tmp_path, [], max_steps=6)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = lr_multiplier(trainer.config.optim, trainer.config.train.max_steps)
+    trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    trainer.engine.scheduler, trainer.engine.overflow_at = trainer.scheduler, {1, 3}
+    trainer.run()
+    rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert trainer.scheduler.last_epoch == 6
+    assert [r["lr"] for r in rows if "split" not in r] == [schedule(2), schedule(4), schedule(6)]

@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -164,6 +165,7 @@ class Trainer:
         if self.streams.new_epoch:
             self.memory.reset()
         self.engine.train()
+        skipped_before = self._overflow_skips()
         slot_losses = []
         for slot in range(self.accum):
             rows = slice(slot * self.micro, (slot + 1) * self.micro)
@@ -177,6 +179,14 @@ class Trainer:
             self.engine.step()
             self.memory.set(slot, out.mems)
             slot_losses.append(loss.detach())
+        if self._overflow_skips() > skipped_before:
+            # DeepSpeed holds the schedule back on an update it skipped; the learning rate
+            # follows the step count, so a run's warm-up and decay end where the config says.
+            # (When the first updates overflow, as fp16's loss-scale search makes them, torch
+            # warns that no optimizer step came first: that is the point here.)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Detected call of `lr_scheduler", UserWarning)
+                self.scheduler.step()
         return torch.stack(slot_losses).mean()
 
     def _check_nonfinite(self) -> None:
