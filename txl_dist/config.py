@@ -15,6 +15,7 @@ from typing import Any
 
 from data_pipeline.redact import redact, redact_text
 from data_pipeline.storage import Retry
+from data_pipeline.streams import ORDERS
 from txl_dist.model.config import TXLConfig
 from txl_dist.schema import ConfigError, section_from_dict
 
@@ -49,8 +50,9 @@ class DataConfig:
     """Seconds a remote connect or read may stall before that try counts as failed."""
 
     def __post_init__(self) -> None:
-        if self.order not in ("corpus", "shuffle"):
-            raise ValueError(f"data.order must be 'corpus' or 'shuffle', got {self.order!r}")
+        if self.order not in ORDERS:
+            names = " or ".join(map(repr, ORDERS))
+            raise ValueError(f"data.order must be {names}, got {self.order!r}")
         if self.read_attempts < 1 or self.read_timeout_s <= 0:
             raise ValueError(
                 f"data.read_attempts must be >= 1 and data.read_timeout_s > 0, got "
