@@ -111,7 +111,7 @@ class BareStep:
         dtype = next(engine.module.parameters()).dtype  # bf16 engines train bf16 modules
         self.model = TransformerXL(config.model).to(dtype).train()
         self.optimizer = build_optimizer(self.model, config)
-        self.clip = config.deepspeed.get("gradient_clipping", 0.0)
+        self.clip = config.ds.gradient_clipping
         self.micro, self.accum, self.sections = micro, accum, sections
         self.mems = [None] * accum
 
@@ -175,7 +175,9 @@ def measure_in_process(argv: list[str]) -> None:
     wrap_collectives(sections)
     config, world, trainer = built_trainer(argv)
     wrap_shared_memory_kernel(sections)
-    bare = BareStep(config, trainer.engine, trainer.micro, trainer.accum, sections)
+    bare = BareStep(
+        config, trainer.engine, trainer.plan.micro_rows, trainer.plan.accumulation, sections
+    )
     instrument(trainer, sections)
     steps = config.train.max_steps - WARMUP
     marks = {"steps": 0, "bare": 0.0}

@@ -410,9 +410,10 @@ def memory_row(name: str, measured_gib: float, out: Path) -> Row:
     """Peak memory against txl-inspect's estimate for one rank (model states + activations),
     for the run's effective config (OUT_DIR/config.json)."""
     config = run_config_from_dict(json.loads((out / "config.json").read_text()))
-    bytes_ = 2 if any(config.deepspeed.get(k, {}).get("enabled") for k in ("bf16", "fp16")) else 4
-    micro = config.batch_layout(1)[0]
-    estimate = rank_memory_bytes(config.model, config.zero_stage, 1, micro, bytes_)
+    plan = config.plan(1)
+    estimate = rank_memory_bytes(
+        config.model, config.zero_stage, 1, plan.micro_rows, plan.dtype_bytes
+    )
     return Row(
         "engine",
         f"{name}: peak memory / estimate",

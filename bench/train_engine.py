@@ -114,8 +114,8 @@ def built_trainer(argv: list[str]):
     args = parse_args(argv)
     config = load_run_config(args.config, args.set)
     world = world_from_env()
-    micro, accum = config.batch_layout(world.world_size)
-    return config, world, build_trainer(config, world, micro, accum, point=None)
+    plan = config.plan(world.world_size)
+    return config, world, build_trainer(config, world, plan, point=None)
 
 
 def measure_in_process(argv: list[str]) -> None:

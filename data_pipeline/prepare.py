@@ -410,12 +410,16 @@ class Job:
         record = self.records.read("unit", unit, self.fingerprints[unit.split])
         if record is None or record["vocab_sha256"] != voc.sha256:
             return None
-        split_dir = f"{self.out_path}/{unit.split}"
-        for shard in record["shards"]:
-            path = f"{split_dir}/{shard['url']}"
-            if not self.fs.exists(path) or self.fs.size(path) != shard["bytes"]:
-                return None
-        return record
+        shards = [(shard["url"], shard["bytes"]) for shard in record["shards"]]
+        return record if self.shards_present(unit.split, shards) else None
+
+    def shards_present(self, split: str, shards: list[tuple[str, int]]) -> bool:
+        """Whether every (file name, bytes) shard of `split` is written whole."""
+        for url, size in shards:
+            path = f"{self.out_path}/{split}/{url}"
+            if not self.fs.exists(path) or self.fs.size(path) != size:
+                return False
+        return True
 
     def encode(self, units: list[Unit], voc: Vocab | Subword) -> None:
         """Write each unit's shards, then its record."""
@@ -489,11 +493,8 @@ class Job:
             return None
         if manifest.fingerprint != self.fingerprints[split] or manifest.vocab_sha256 != voc.sha256:
             return None
-        for shard in manifest.shards:
-            path = f"{self.out_path}/{split}/{shard.url}"
-            if not self.fs.exists(path) or self.fs.size(path) != shard.bytes:
-                return None
-        return manifest
+        shards = [(shard.url, shard.bytes) for shard in manifest.shards]
+        return manifest if self.shards_present(split, shards) else None
 
     def reused(self, split: str, voc: Vocab) -> Manifest | None:
         """reusable(), said once: the other callers only ask, merge() takes the manifest."""

@@ -29,26 +29,6 @@ def preset(name: str) -> dict:
 
 
 @pytest.mark.parametrize("name", PRESETS)
-def test_every_preset_runs_on_cluster_sizes_or_says_which(name):
-    config = run_config_from_dict(preset(name))
-    rows = config.train.global_rows
-    limit = config.train.max_micro_rows or rows  # no cap: a rank's rows in one micro batch
-    for world_size in (1, 2, 4, 8, 16, 32, 64):
-        if rows % world_size == 0:
-            micro, accum = config.batch_layout(world_size)
-            assert micro * accum * world_size == rows
-            assert micro <= limit
-            # the largest micro batch under the limit: fewer, fuller steps
-            assert all((rows // world_size) % m or m > limit for m in range(micro + 1, limit + 1))
-        else:
-            with pytest.raises(ConfigError) as err:
-                config.batch_layout(world_size)
-            message = str(err.value)
-            assert "\n" not in message and f"does not split evenly over {world_size}" in message
-            assert "this config runs on 1, " in message and "set train.global_rows" in message
-
-
-@pytest.mark.parametrize("name", PRESETS)
 def test_presets_list_only_what_differs_from_the_defaults(name):
     values = preset(name)
     built = run_config_from_dict(values).to_dict()
@@ -150,22 +130,6 @@ def test_txl_set_overrides_apply_after_set_and_are_named_in_errors(tmp_path):
         load_run_config(str(path), [], ["max_steps=3"])
     with pytest.raises(ConfigError, match=r"^TXL_SET model\.d_model\.x: d_model is not a section"):
         load_run_config(str(path), [], ["model.d_model.x=1"])
-
-
-def test_batch_layout_derives_micro_batch_and_accumulation_and_refuses_inconsistency():
-    values = preset("tiny")  # global_rows 8, no max_micro_rows
-    assert run_config_from_dict(values).batch_layout(world_size=1) == (8, 1)
-    values["train"]["max_micro_rows"] = 4
-    config = run_config_from_dict(values)
-    assert config.batch_layout(world_size=2) == (4, 1)
-    assert config.batch_layout(world_size=1) == (4, 2)
-    with pytest.raises(ConfigError, match=r"global_rows=8 does not split evenly over 3 ranks"):
-        config.batch_layout(world_size=3)
-    config.deepspeed["train_micro_batch_size_per_gpu"] = 2  # pinned: accumulation derived
-    assert config.batch_layout(world_size=2) == (2, 2)
-    config.deepspeed["gradient_accumulation_steps"] = 4
-    with pytest.raises(ConfigError, match="gradient_accumulation_steps \\(4\\)"):
-        config.batch_layout(world_size=2)
 
 
 def test_config_public_dict_and_errors_never_show_secrets():

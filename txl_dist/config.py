@@ -15,7 +15,9 @@ from typing import Any
 
 from data_pipeline.redact import redact, redact_text
 from data_pipeline.storage import Retry
+from data_pipeline.streams import ORDERS
 from txl_dist.model.config import TXLConfig
+from txl_dist.plan import DeepSpeedSection, RunPlan, plan_run
 from txl_dist.schema import ConfigError, section_from_dict
 
 # ---- the run config: one JSON file, sections model, data, optim, train, deepspeed, logging ----
@@ -49,8 +51,9 @@ class DataConfig:
     """Seconds a remote connect or read may stall before that try counts as failed."""
 
     def __post_init__(self) -> None:
-        if self.order not in ("corpus", "shuffle"):
-            raise ValueError(f"data.order must be 'corpus' or 'shuffle', got {self.order!r}")
+        if self.order not in ORDERS:
+            names = " or ".join(map(repr, ORDERS))
+            raise ValueError(f"data.order must be {names}, got {self.order!r}")
         if self.read_attempts < 1 or self.read_timeout_s <= 0:
             raise ValueError(
                 f"data.read_attempts must be >= 1 and data.read_timeout_s > 0, got "
@@ -216,47 +219,20 @@ class RunConfig:
         return redact(self.to_dict())
 
     @property
+    def ds(self) -> DeepSpeedSection:
+        """The deepspeed section's keys that txl-dist reads, by name."""
+        return DeepSpeedSection(self.deepspeed)
+
+    @property
     def zero_stage(self) -> int:
-        return int(self.deepspeed.get("zero_optimization", {}).get("stage", 0))
+        return self.ds.zero_stage
 
-    def batch_layout(self, world_size: int) -> tuple[int, int]:
-        """(micro batch rows, accumulation steps) per rank, checked against train.global_rows.
-
-        DeepSpeed's `train_micro_batch_size_per_gpu` / `gradient_accumulation_steps` pin the
-        layout when given; otherwise the micro batch is the largest that divides the rank's rows
-        and fits train.max_micro_rows, so one preset runs on any world size that divides it.
-        """
-        ds, rows = self.deepspeed, self.train.global_rows
-        if rows % world_size:
-            supported = [str(n) for n in range(1, rows + 1) if rows % n == 0]
-            raise ConfigError(
-                f"batch layout: train.global_rows={rows} does not split evenly over {world_size} "
-                f"ranks; this config runs on {', '.join(supported)} ranks: set train.global_rows "
-                f"to a multiple of {world_size} (e.g. {-(-rows // world_size) * world_size})"
-            )
-        per_rank = rows // world_size
-        micro = ds.get("train_micro_batch_size_per_gpu")
-        accum = ds.get("gradient_accumulation_steps")
-        if micro is None and accum is None:
-            limit = self.train.max_micro_rows or per_rank
-            micro = max(n for n in range(1, min(limit, per_rank) + 1) if per_rank % n == 0)
-        if micro is None:
-            micro = per_rank // accum
-        if accum is None:
-            accum = per_rank // micro
-        if not micro or not accum or micro * accum != per_rank:
-            raise ConfigError(
-                f"batch layout: train.global_rows={rows} must equal world size {world_size} x "
-                f"deepspeed.train_micro_batch_size_per_gpu ({micro}) x "
-                f"deepspeed.gradient_accumulation_steps ({accum}); change one of them, or leave "
-                "both out to have them derived from train.max_micro_rows"
-            )
-        if ds.get("train_batch_size") not in (None, rows):
-            raise ConfigError(
-                f"deepspeed.train_batch_size={ds['train_batch_size']} differs from "
-                f"train.global_rows={rows}; leave it out (txl-dist sets it)"
-            )
-        return micro, accum
+    def plan(self, world_size: int) -> RunPlan:
+        """This run on `world_size` ranks (txl_dist.plan), checked: ConfigError names the key."""
+        train = self.train
+        return plan_run(
+            world_size, train.global_rows, train.eval_rows, train.max_micro_rows, self.ds
+        )
 
 
 def run_config_from_dict(values: dict[str, Any]) -> RunConfig:

@@ -76,3 +76,20 @@ def test_training_gives_torch_huge_pages_unless_told_not_to(monkeypatch):
     small_pages = page_faults(THP_MEM_ALLOC_ENABLE="0")
     assert small_pages > 16_000  # 64 MB in 4 KB pages
     assert page_faults() < small_pages / 8
+
+
+def test_evaluation_rows_that_do_not_split_over_the_ranks_are_refused_at_start_up(tmp_path):
+    # One process told by the launcher's variables that it is rank 0 of 2: the plan refuses
+    # before anything else happens (no run directory, no process group waiting for rank 1).
+    out = tmp_path / "run"
+    settings = ["model.n_token=12000", f"train.out_dir={out}", "train.eval_rows=7"]
+    args = [sys.executable, "launch/pretrain.py", "--config", "configs/tiny.json", "--verbose"]
+    args += [arg for setting in settings for arg in ("--set", setting)]
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "TXL_SET": ""}
+    proc = processes.run(args, timeout=120, cwd=REPO_ROOT, env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr == (
+        "config error: train.eval_rows=7 must be a multiple of the world size 2; set "
+        "train.eval_rows to a multiple of 2 (e.g. 8)\n"
+    )
+    assert "TorchBackend" not in proc.stdout and not out.exists()

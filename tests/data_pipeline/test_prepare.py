@@ -143,6 +143,18 @@ def test_changed_options_rewrite(shared_data, tmp_path):
     assert len(again["valid"].shards[0].sample_tokens) < len(first.shards[0].sample_tokens)
 
 
+def test_a_cut_shard_is_written_again_not_reused(shared_data, tmp_path, caplog):
+    src = shared_data / "wikitext-2" / "valid.txt"
+    first = prepare("wikitext-2", str(tmp_path), str(src), **SMALL)["valid"]
+    shard = tmp_path / "valid" / first.shards[-1].url
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[:1000])  # its manifest and its unit's record still list it whole
+    with caplog.at_level(logging.INFO):
+        again = prepare("wikitext-2", str(tmp_path), str(src), **SMALL)["valid"]
+    assert not [r for r in caplog.records if "reusing" in r.getMessage()]
+    assert shard.read_bytes() == whole and again == first
+
+
 def test_cli_prepare_and_verify(shared_data, tmp_path, capsys):
     src = shared_data / "wikitext-2" / "test.txt"
     out = tmp_path / "cli"

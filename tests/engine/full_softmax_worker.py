@@ -22,15 +22,15 @@ def losses_at_stage(overrides: list[str], stage: int, rank: int) -> list[float]:
     config = load_run_config(
         "configs/tiny.json", [*overrides, f"deepspeed.zero_optimization.stage={stage}"]
     )
-    micro, accum = config.batch_layout(dist.get_world_size())
-    ds_config = deepspeed_config(config, micro, accum, load_universal=False)
+    plan = config.plan(dist.get_world_size())
+    ds_config = deepspeed_config(config, plan, load_universal=False)
     model = build_model(config, ds_config)
     engine, *_ = deepspeed.initialize(
         model=model, optimizer=build_optimizer(model, config), config=ds_config
     )
     # Each rank its own rows, the same at every stage; every token id of the vocabulary occurs.
     ids = torch.randperm(config.model.n_token, generator=torch.Generator().manual_seed(rank))
-    ids = ids.repeat(2)[: micro * (config.model.tgt_len + 1)].view(micro, -1)
+    ids = ids.repeat(2)[: plan.micro_rows * (config.model.tgt_len + 1)].view(plan.micro_rows, -1)
     losses, mems = [], None
     for _ in range(STEPS):
         out = engine(ids[:, :-1], ids[:, 1:], mems)

@@ -84,13 +84,13 @@ for module in (dist, dist.distributed_c10d):
         setattr(module, name, counted(name, getattr(module, name)))
 config = load_run_config("configs/tiny.json", sys.argv[1:])
 init_distributed(World(0, 1, 0))
-ds_config = deepspeed_config(config, micro=4, accum=1, load_universal=False)
+ds_config = deepspeed_config(config, config.plan(1), load_universal=False)
 model, plain = build_model(config, ds_config), build_model(config, ds_config)
 engine, _ = initialize_engine(model, build_optimizer(model, config), None, ds_config)
 optimizer = build_optimizer(plain, config)
 collectives.clear()  # those of the set-up
 ids = torch.randint(0, config.model.n_token, (4, 3, 17), generator=torch.Generator().manual_seed(0))
-clip, norms = config.deepspeed["gradient_clipping"], []
+clip, norms = config.ds.gradient_clipping, []
 for batch in ids.unbind(1):
     engine.backward(engine(batch[:, :-1], batch[:, 1:]).loss.float().mean())
     engine.step()

@@ -120,6 +120,7 @@ class StopAt:
 def make_trainer(tmp_path, events, stop_at=None, start_step=0, **train):
     settings = [f"data.path={tmp_path}", f"train.out_dir={tmp_path}", "model.n_token=10"]
     settings += ["model.cutoffs=[]", "model.tie_projs=[false]", "logging.log_interval=2"]
+    settings += [f"train.global_rows={ROWS}"]
     settings += [f"train.{key}={value}" for key, value in train.items()]
     config = load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), settings)
     watchdog = Watchdog.for_run(config.train, rank=0, world_size=1)
@@ -147,8 +148,7 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, **train):
         evaluate_split=evaluate_split,
         checkpoints=checkpoints,
         state=RunState(run_id="r", step=start_step, restarts=1 if start_step else 0),
-        micro=ROWS,
-        accum=1,
+        plan=config.plan(world_size=1),
     )
 
 

@@ -18,8 +18,8 @@ if __name__ == "__main__":
     config = load_run_config("configs/tiny.json", overrides)
     world = world_from_env()
     init_distributed(world)
-    micro, accum = config.batch_layout(world.world_size)
-    model = build_model(config, deepspeed_config(config, micro, accum, load_universal=False))
+    plan = config.plan(world.world_size)
+    model = build_model(config, deepspeed_config(config, plan, load_universal=False))
     weights = {}
     for name, param in model.named_parameters():
         assert param.numel() == 0, f"{name} is whole on rank {world.rank}"  # partitioned

@@ -49,6 +49,7 @@ from txl_dist.hf import export as hf_export
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
+from txl_dist.plan import RunPlan
 from txl_dist.scores import format_score
 
 README_FILE = "README.md"
@@ -67,6 +68,8 @@ class Checkpoint:
     """Where it is and its client state (txl.json)."""
     config: RunConfig
     """The run's config as saved in txl.json."""
+    plan: RunPlan
+    """That config on the world size the checkpoint was saved from."""
 
     @property
     def path(self) -> str:
@@ -98,11 +101,12 @@ def open_checkpoint(path: str) -> Checkpoint:
         raise ExportError(str(err)) from err
     try:
         config = run_config_from_dict(point.client.config)
+        plan = config.plan(point.client.world_size)
     except ConfigError as err:
         raise ExportError(
             f"{point.directory}/{point.tag}: bad run config in txl.json: {err}"
         ) from err
-    return Checkpoint(point, config)
+    return Checkpoint(point, config, plan)
 
 
 def consolidated_weights(ckpt: Checkpoint) -> dict[str, Tensor]:
@@ -254,11 +258,9 @@ def eval_records(ckpt: Checkpoint) -> list[dict]:
 
 def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
     """A short account of how the exported model was trained and evaluated."""
-    cfg, client = ckpt.config, ckpt.point.client
-    ds = cfg.deepspeed
-    precision = next((k for k in ("bf16", "fp16") if ds.get(k, {}).get("enabled")), "fp32")
+    cfg, client, precision = ckpt.config, ckpt.point.client, ckpt.plan.precision
     ev = cfg.model.for_eval()
-    rows = cfg.train.eval_rows or cfg.train.global_rows
+    rows = ckpt.plan.eval_rows
     evals = [
         f"- {r['split']}: loss {r['loss']:.4f}, {format_score(r, digits=3)} "
         f"({r.get('tokens', '?')} tokens)"

@@ -20,6 +20,7 @@ from txl_dist.model.accounting import (
     forward_flops_per_token,
     train_flops_per_token,
 )
+from txl_dist.plan import PRECISION_BYTES
 
 
 @dataclass
@@ -55,7 +56,6 @@ def inspect_config(path: str, world_size: int, overrides: list[str] = ()) -> Mod
     total, embedding = count_parameters(build_on_meta(config))
     rows = _micro_rows(run_config, world_size)
     forward = forward_flops_per_token(config, rows)
-    low_precision = any(run_config.deepspeed.get(k, {}).get("enabled") for k in ("bf16", "fp16"))
     return ModelReport(
         config=path,
         parameters=total,
@@ -66,14 +66,16 @@ def inspect_config(path: str, world_size: int, overrides: list[str] = ()) -> Mod
         train_flops_per_token=train_flops_per_token(config, rows),
         world_size=world_size,
         zero_bytes_per_rank={s: f(world_size) * total for s, f in ZERO_STAGES.items()},
-        activation_bytes_per_row=activation_bytes_per_row(config, 2 if low_precision else 4),
+        activation_bytes_per_row=activation_bytes_per_row(
+            config, PRECISION_BYTES[run_config.ds.precision]
+        ),
     )
 
 
 def _micro_rows(run_config: RunConfig, world_size: int) -> int:
     """Rows of one forward; 1 (the dearest per token) where the batch does not split evenly."""
     try:
-        return run_config.batch_layout(world_size)[0]
+        return run_config.plan(world_size).micro_rows
     except ConfigError:
         return 1
 

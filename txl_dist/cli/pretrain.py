@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
         if env_set and world.is_main:  # said once: a variable left set must not go unnoticed
             keys = ", ".join(o.partition("=")[0] for o in env_set)  # values may be secrets
             log.info(f"TXL_SET overrides {keys}")
-        micro, accum = config.batch_layout(world.world_size)
+        plan = config.plan(world.world_size)  # the launcher's world size, before any group
         if args.resume is None:
             run_dir.claim(config.train.out_dir, args.overwrite, world.is_main)
         point = checkpoint.find_resume_point(args.resume, config.train.out_dir)
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.resume == "auto" and _already_finished(point, config, world):
             return
         preflight.check_before_training(config)
-        trainer = build_trainer(config, world, micro, accum, point)
+        trainer = build_trainer(config, world, plan, point)
     except tuple(STARTUP_ERRORS) as err:  # one clear line from rank 0; others quiet
         if world.is_main:
             kind = next(name for cls, name in STARTUP_ERRORS.items() if isinstance(err, cls))

@@ -16,7 +16,7 @@ from deepspeed.accelerator import get_accelerator
 from data_pipeline.redact import redact
 from data_pipeline.shards import manifest_url
 from data_pipeline.streams import TokenStreams
-from txl_dist.config import ConfigError, RunConfig
+from txl_dist.config import RunConfig
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import Checkpointer, ResumePoint, RunState
 from txl_dist.engine.dist import World, init_distributed
@@ -28,16 +28,18 @@ from txl_dist.engine.signals import StopRequest
 from txl_dist.engine.train import Trainer
 from txl_dist.engine.watchdog import Watchdog
 from txl_dist.model import TransformerXL
+from txl_dist.plan import DeepSpeedSection, RunPlan
 
 
 def build_trainer(
-    config: RunConfig, world: World, micro: int, accum: int, point: ResumePoint | None
+    config: RunConfig, world: World, plan: RunPlan, point: ResumePoint | None
 ) -> Trainer:
-    """A Trainer for this rank, resumed from `point` (checkpoint.find_resume_point) if given."""
+    """A Trainer for this rank with `plan` (config.plan(world size), checked before any process
+    group), resumed from `point` (checkpoint.find_resume_point) if given."""
     device = init_distributed(world, config.train.dist_timeout_s)
     watchdog = Watchdog.for_run(config.train, world.rank, world.world_size)
     with watchdog.phase("start", point.client.step if point else 0):
-        return _assemble_trainer(config, world, device, watchdog, micro, accum, point)
+        return _assemble_trainer(config, world, device, watchdog, plan, point)
 
 
 def _assemble_trainer(
@@ -45,14 +47,13 @@ def _assemble_trainer(
     world: World,
     device: torch.device,
     watchdog: Watchdog,
-    micro: int,
-    accum: int,
+    plan: RunPlan,
     point: ResumePoint | None,
 ) -> Trainer:
     out_dir = config.train.out_dir
     os.makedirs(out_dir, exist_ok=True)
     universal = checkpoint.needs_universal(point, world.world_size, config.zero_stage)
-    ds_config = deepspeed_config(config, micro, accum, universal)
+    ds_config = deepspeed_config(config, plan, universal)
     model = build_model(config, ds_config)
     if config.train.activation_checkpointing:
         _checkpoint_layers(model)
@@ -63,8 +64,9 @@ def _assemble_trainer(
         optimizer, lr_multiplier(config.optim, config.train.max_steps)
     )
     engine, scheduler = initialize_engine(model, optimizer, scheduler, ds_config)
-    streams = open_streams(config, world, config.data.train_split, tail=False, rows=micro * accum)
-    memory = MemoryBank(accum)
+    train_split = config.data.train_split
+    streams = open_streams(config, world, train_split, tail=False, rows=plan.rows_per_rank)
+    memory = MemoryBank(plan.accumulation)
     state = RunState(run_id=uuid.uuid4().hex[:12])
     if point is not None:
         with watchdog.phase("checkpoint load", point.client.step):
@@ -87,13 +89,12 @@ def _assemble_trainer(
         metrics=metrics,
         stop=StopRequest(config.train.max_wallclock),
         watchdog=watchdog,
-        evaluate_split=SplitEvaluator(engine, config, world, device, watchdog),
+        evaluate_split=SplitEvaluator(engine, config, world, plan, device, watchdog),
         checkpoints=Checkpointer.for_run(
-            engine, memory, config, world, micro * accum, point.client.step if point else None
+            engine, memory, config, world, plan.rows_per_rank, point.client.step if point else None
         ),
         state=state,
-        micro=micro,
-        accum=accum,
+        plan=plan,
     )
     trainer.announce_job()
     metrics.start_wandb(config.logging.wandb, out_dir, config.to_dict(), state.run_id)
@@ -121,7 +122,7 @@ def initialize_engine(model: torch.nn.Module, optimizer, scheduler, ds_config: d
         engine.clip_fp32_gradients = functools.partial(
             torch.nn.utils.clip_grad_norm_,
             list(model.parameters()),
-            ds_config.get("gradient_clipping", 0.0),
+            DeepSpeedSection(ds_config).gradient_clipping,
             foreach=True,
         )
         if engine.dp_world_size == 1:
@@ -169,12 +170,12 @@ def build_model(config: RunConfig, ds_config: dict) -> TransformerXL:
     return model
 
 
-def deepspeed_config(config: RunConfig, micro: int, accum: int, load_universal: bool) -> dict:
+def deepspeed_config(config: RunConfig, plan: RunPlan, load_universal: bool) -> dict:
     ds = json.loads(json.dumps(config.deepspeed))  # a copy DeepSpeed may mutate
     ds.update(
-        train_batch_size=config.train.global_rows,
-        train_micro_batch_size_per_gpu=micro,
-        gradient_accumulation_steps=accum,
+        train_batch_size=plan.global_rows,
+        train_micro_batch_size_per_gpu=plan.micro_rows,
+        gradient_accumulation_steps=plan.accumulation,
     )
     ds.setdefault("steps_per_print", 10**9)  # we log ourselves
     if load_universal:
@@ -207,22 +208,21 @@ class SplitEvaluator:
     each batch is progress for the watchdog."""
 
     def __init__(
-        self, engine, config: RunConfig, world: World, device: torch.device, watchdog: Watchdog
+        self,
+        engine,
+        config: RunConfig,
+        world: World,
+        plan: RunPlan,
+        device: torch.device,
+        watchdog: Watchdog,
     ):
         self.engine, self.config, self.world, self.device = engine, config, world, device
-        self.watchdog = watchdog
+        self.rows, self.watchdog = plan.eval_rows_per_rank, watchdog
 
     def __call__(self, split: str) -> EvalResult:
         eval_cfg = self.config.model.for_eval()
-        rows = self.config.train.eval_rows or self.config.train.global_rows
-        if rows % self.world.world_size:
-            raise ConfigError(
-                f"train.eval_rows={rows} must be a multiple of the world size "
-                f"{self.world.world_size}"
-            )
-        rows //= self.world.world_size
         streams = open_streams(
-            self.config, self.world, split, tail=True, rows=rows, tgt_len=eval_cfg.tgt_len
+            self.config, self.world, split, tail=True, rows=self.rows, tgt_len=eval_cfg.tgt_len
         )
         lengths = (eval_cfg.tgt_len, eval_cfg.mem_len, eval_cfg.clamp_len, eval_cfg.same_length)
         self.engine.eval()

@@ -6,6 +6,7 @@ evaluation or the first save. Everything here reads only small files, so every r
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -60,10 +61,31 @@ def check_out_dir(out_dir: str, needed_bytes: float) -> None:
             f"train.out_dir={out_dir} is not writable ({err.strerror}); choose another with "
             "--set train.out_dir=DIR"
         ) from err
-    free = shutil.disk_usage(out_dir).free
-    if free < needed_bytes:
-        gib = 1024**3
+    room = DiskRoom.of(out_dir, needed_bytes)
+    if room.short:
         raise ConfigError(
-            f"train.out_dir={out_dir} has {free / gib:.1f} GiB free, one checkpoint needs about "
-            f"{needed_bytes / gib:.1f} GiB; free space or choose another train.out_dir"
+            f"train.out_dir={out_dir} has too little room: {room}; free space or choose another "
+            "train.out_dir"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskRoom:
+    """Free bytes where checkpoints go against one checkpoint's size: the clause that the
+    start-up check and a save that ran out of space both print."""
+
+    free: int
+    """Bytes free where the checkpoint goes."""
+    needed: float
+    """Bytes one checkpoint needs (checkpoint_bytes)."""
+
+    @classmethod
+    def of(cls, directory: str, needed_bytes: float) -> DiskRoom:
+        return cls(shutil.disk_usage(directory).free, needed_bytes)
+
+    @property
+    def short(self) -> bool:
+        return self.free < self.needed
+
+    def __str__(self) -> str:
+        return f"one checkpoint needs about {self.needed:,.0f} bytes, {self.free:,} are free"

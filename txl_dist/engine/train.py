@@ -37,6 +37,7 @@ from txl_dist.engine.profiling import SnapshotOnOutOfMemory, StepProfiler
 from txl_dist.engine.signals import StopRequest
 from txl_dist.engine.watchdog import Watchdog
 from txl_dist.model.accounting import rank_memory_bytes
+from txl_dist.plan import RunPlan
 from txl_dist.scores import score
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,7 @@ class Trainer:
         evaluate_split: Callable[[str], EvalResult],
         checkpoints: Checkpointer,
         state: RunState,
-        micro: int,
-        accum: int,
+        plan: RunPlan,
     ):
         self.config, self.world, self.device = config, world, device
         self.engine, self.scheduler, self.streams, self.memory = engine, scheduler, streams, memory
@@ -80,15 +80,15 @@ class Trainer:
         self.evaluate_split, self.checkpoints = evaluate_split, checkpoints
         self.run_id, self.step = state.run_id, state.step
         self.restarts, self.requeues = state.restarts, state.requeues
-        self.micro, self.accum, self.rows_per_rank = micro, accum, micro * accum
+        self.plan = plan
         self.nonfinite, self.skipped_steps = _NonFinite(device), 0
         self.throughput = Throughput.of(
             config.model,
             config.train.peak_tflops,
             device,
             world.world_size,
-            micro,
-            self._low_precision(),
+            plan.micro_rows,
+            plan.low_precision,
         )
         out_dir = config.train.out_dir
         self.profiler = StepProfiler(config.train.profile_steps, out_dir, world.rank, device)
@@ -121,7 +121,7 @@ class Trainer:
                 with self.out_of_memory:
                     loss = self.train_step(input_ids, targets)
                 self.nonfinite.add(loss)
-                tokens = self.rows_per_rank * input_ids.size(1) * self.world.world_size
+                tokens = self.plan.rows_per_rank * input_ids.size(1) * self.world.world_size
                 window.add(loss, tokens, fetched - started, time.perf_counter() - started)
                 self.step += 1
                 self.profiler.done(self.step)
@@ -167,8 +167,9 @@ class Trainer:
         self.engine.train()
         skipped_before = self._overflow_skips()
         slot_losses = []
-        for slot in range(self.accum):
-            rows = slice(slot * self.micro, (slot + 1) * self.micro)
+        micro = self.plan.micro_rows
+        for slot in range(self.plan.accumulation):
+            rows = slice(slot * micro, (slot + 1) * micro)
             out = self.engine(
                 input_ids[rows].to(self.device),
                 targets[rows].to(self.device),
@@ -196,7 +197,7 @@ class Trainer:
         that must end does so at the next of those, before it saves anything.
         """
         longest, self.skipped_steps = self.nonfinite.read()
-        if self.skipped_steps and self.config.zero_stage == 0 and not self._low_precision():
+        if self.skipped_steps and self.config.zero_stage == 0 and not self.plan.low_precision:
             raise NonFiniteLossError(
                 f"non-finite loss by step {self.step} with fp32 and ZeRO stage 0, where "
                 "DeepSpeed cannot skip the update; lower optim.lr or use bf16 / ZeRO >= 1"
@@ -209,18 +210,15 @@ class Trainer:
 
     def _memory_estimate(self) -> float:
         """txl-inspect's bytes for one rank of this run."""
-        model, world_size = self.config.model, self.world.world_size
-        dtype_bytes = 2 if self._low_precision() else 4
-        return rank_memory_bytes(model, self.config.zero_stage, world_size, self.micro, dtype_bytes)
+        config, plan = self.config, self.plan
+        return rank_memory_bytes(
+            config.model, config.zero_stage, plan.world_size, plan.micro_rows, plan.dtype_bytes
+        )
 
     def _overflow_skips(self) -> int:
         """Updates DeepSpeed skipped for overflowing gradients (fp16 loss scaling): a step whose
         loss is finite, so the non-finite count misses it."""
         return int(getattr(self.engine, "skipped_steps", 0))
-
-    def _low_precision(self) -> bool:
-        ds = self.config.deepspeed
-        return any(ds.get(key, {}).get("enabled", False) for key in ("bf16", "fp16"))
 
     def _log_train(self, w: _Window) -> None:
         self._check_nonfinite()
@@ -234,7 +232,7 @@ class Trainer:
             lr=self.scheduler.get_last_lr()[0],
             grad_norm=float(grad_norm) if grad_norm is not None else None,
             loss_scale=getattr(self.engine.optimizer, "cur_scale", None)
-            if self.config.deepspeed.get("fp16", {}).get("enabled")
+            if self.plan.precision == "fp16"
             else None,
             tokens_per_s=tokens_per_s,
             step_time_s=w.seconds / w.steps,

@@ -53,6 +53,7 @@ from txl_dist.engine.checkpoint.state import (
     tag_for,
 )
 from txl_dist.engine.memory import MemoryBank
+from txl_dist.engine.preflight import DiskRoom
 
 # DeepSpeed's ds_to_universal refuses checkpoints whose client state lacks this.
 UNIVERSAL_INFO = {"universal_checkpoint_info": {"universal_checkpoint_version": 0.2}}
@@ -236,12 +237,11 @@ class SaveTransaction:
             kept = f"{LATEST} still names {read_latest(self.directory)}"
         else:
             kept = "no earlier checkpoint"
-        free = shutil.disk_usage(self.directory).free
-        if out_of_space or free < self.needed_bytes:
+        room = DiskRoom.of(self.directory, self.needed_bytes)
+        if out_of_space or room.short:
             return (
-                f"no space left in {self.directory} for checkpoint {self.tag}: one checkpoint "
-                f"needs about {self.needed_bytes:,.0f} bytes, {free:,} are free; free space or "
-                f"move train.out_dir, then continue with --resume auto ({kept})"
+                f"no space left in {self.directory} for checkpoint {self.tag}: {room}; free space "
+                f"or move train.out_dir, then continue with --resume auto ({kept})"
             )
         where = f"checkpoint {self.tag} in {self.directory}"
         return f"saving {where} failed on rank {rank}: {error} ({kept})"
