@@ -1,22 +1,48 @@
 #!/usr/bin/env bash
-# Create .venv (or $VENV) with txl-dist and its dev tools.
-# The CPU build of torch goes in first so pip never pulls a multi-GB CUDA build; on a GPU
-# machine set TORCH_SPEC to the build you want (e.g. TORCH_SPEC="torch --index-url ...") or to
-# "" to keep the torch already in the environment. Every other package comes at the version in
-# $CONSTRAINTS (launch/constraints.txt: what the suite last passed with; "" for the newest).
+# Create .venv (or $VENV) with txl-dist and its dev tools as the suite last passed with them:
+# every package, pip and the build backend too, at the version in launch/requirements.lock and
+# checked against the hashes there (pip's --require-hashes; bash launch/update_lock.sh
+# regenerates the lock), then `pip check` that nothing is missing. txl-dist itself is this
+# checkout, installed editable without build isolation (by the lock's setuptools).
+#   TORCH_SPEC   unset: the lock's torch, its CPU build (pip never pulls a multi-GB CUDA build).
+#                On a GPU machine the build you want, installed as asked and not hash-checked
+#                (e.g. TORCH_SPEC="torch" or "torch --index-url ..."), or "" to keep the torch
+#                already in the environment; the lock's other packages stay hash-checked.
+#   CONSTRAINTS  the lock to install (default launch/requirements.lock); "" for the newest
+#                releases, unpinned and unchecked (torch: TORCH_SPEC, unset the lock's version).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
-TORCH_SPEC="${TORCH_SPEC-torch==2.13.0}"
-CONSTRAINTS="${CONSTRAINTS-launch/constraints.txt}"
+CONSTRAINTS="${CONSTRAINTS-launch/requirements.lock}"
+PIP=("$VENV/bin/python" -m pip install --quiet)
+
+# The entries of the lock (a "name==version \" line and the indented lines under it) of the
+# packages named, or, after "except", of all the others.
+lock_entries() {
+  local except=0
+  [ "${1-}" = except ] && except=1 && shift
+  awk -v names=" $* " -v except="$except" '
+    /^[^ #]/ { split($1, pin, "=="); keep = (index(names, " " pin[1] " ") > 0) != except }
+    keep' "${CONSTRAINTS:-launch/requirements.lock}"
+}
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-if [ -n "$TORCH_SPEC" ]; then
+if [ -z "$CONSTRAINTS" ]; then
+  "${PIP[@]}" --upgrade pip
+  torch="${TORCH_SPEC-$(lock_entries torch | cut -d' ' -f1)}"
   # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options
-  "$VENV/bin/pip" install --quiet $TORCH_SPEC
+  [ -z "$torch" ] || "${PIP[@]}" $torch
+  "${PIP[@]}" -e ".[dev]"
+else
+  "${PIP[@]}" --require-hashes --no-deps -r <(lock_entries pip)  # a new venv's own is older
+  # shellcheck disable=SC2086
+  [ -z "${TORCH_SPEC-}" ] || "${PIP[@]}" $TORCH_SPEC
+  # With TORCH_SPEC set, even to "", the lock's torch stays out. deepspeed is published as a
+  # source archive only: the archive is hash-checked, and the setuptools of its isolated build is
+  # held to the lock's version (pip checks no hashes of build dependencies).
+  "${PIP[@]}" --require-hashes --no-deps --build-constraint "$CONSTRAINTS" \
+    -r <(lock_entries except ${TORCH_SPEC+torch})
+  "${PIP[@]}" --no-deps --no-build-isolation -e .
+  "$VENV/bin/python" -m pip check
 fi
-pinned=()
-[ -n "$CONSTRAINTS" ] && pinned=(-c "$CONSTRAINTS")
-"$VENV/bin/pip" install --quiet "${pinned[@]}" -e ".[dev]"
 echo "installed into $VENV: $("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)')"
