@@ -82,7 +82,7 @@ class TXLM(LM):
             log.warning(
                 "requests hold words the vocabulary lacks (first: %s): they are read as the "
                 "unknown token, as txl-eval reads them; said once",
-                ", ".join(repr(w) for w in unknown[:5]),
+                ", ".join(repr(w) for w in list(dict.fromkeys(unknown))[:5]),
             )
         return ids.tolist()
 
