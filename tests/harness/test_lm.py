@@ -22,7 +22,7 @@ def requests(kind: str, *args: tuple) -> list[Instance]:
 
 @pytest.fixture(scope="module")
 def lm(model_dir) -> TXLM:
-    return TXLM(str(model_dir), batch_size=3)
+    return TXLM(str(model_dir), batch_size=3, device="cpu")
 
 
 def test_a_continuation_scores_our_losses_after_its_context_batched_or_not(
@@ -59,8 +59,8 @@ def test_a_continuation_scores_our_losses_after_its_context_batched_or_not(
 
 def test_generation_is_txl_generates_and_stops_at_until(lm, model_dir, capsys):
     prompt = "The European lobster is"
-    assert txl_generate(["--model", str(model_dir), "--prompt", prompt, "--max-tokens", "12",
-                         "--temperature", "0"]) == 0  # fmt: skip
+    argv = ["--model", model_dir, "--prompt", prompt, "--max-tokens", 12, "--temperature", 0]
+    assert txl_generate([str(a) for a in [*argv, "--device", "cpu"]]) == 0
     expected = capsys.readouterr().out.removeprefix(prompt).removesuffix("\n")
     (text,) = lm.generate_until(requests("generate_until", (prompt, {"max_gen_toks": 12})), True)
     assert text == expected and text.count(" ") >= 6

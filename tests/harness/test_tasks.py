@@ -32,7 +32,7 @@ def test_rolling_perplexity_is_txl_evals_and_the_cloze_task_our_losses(
     out = tmp_path / "results"
     printed = txl_eval(
         capsys, "--model", model_dir, "--tasks", "wt103_rolling,wt103_last_word",
-        "--include-path", tasks, "--output-path", out, "--batch-size", "4",
+        "--include-path", tasks, "--output-path", out, "--batch-size", "4", "--device", "cpu",
     )  # fmt: skip
     (path,) = out.glob("*/results_*.json")
     assert f"results: {path}" in printed
@@ -55,7 +55,7 @@ def test_rolling_perplexity_is_txl_evals_and_the_cloze_task_our_losses(
 
     from txl_dist.harness import TXLM
 
-    model = TXLM(str(model_dir))
+    model = TXLM(str(model_dir), device="cpu")
     lls = [
         reference_loglikelihood(model.model, model_dir, " ".join(t.split()[:-1]), t.split()[-1])
         for t in last_word_docs(wiki_lines)
