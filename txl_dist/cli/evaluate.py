@@ -371,7 +371,8 @@ def harness_tasks(args: argparse.Namespace) -> int:
         from txl_dist.harness import TXLM
         from txl_dist.harness.tasks import TaskRun, run_tasks
     except ImportError as err:
-        print(f"txl-eval: error: --tasks needs the harness extra ({err})", file=sys.stderr)
+        hint = "pip install -e '.[harness]' in the checkout"
+        print(f"txl-eval: error: --tasks needs lm_eval ({err}): {hint}", file=sys.stderr)
         return USAGE_ERROR
     run = TaskRun(
         [t for t in args.tasks.split(",") if t], args.include_path, args.output_path,
