@@ -3,6 +3,8 @@
     txl-eval --model OUT_DIR --data DATA_ROOT_OR_MANIFEST_URL [--split test] [options]
     txl-eval --model OUT_DIR --text FILE [options]
     txl-eval --model A [--model B ...] --data ROOT --split valid --sweep-mem-len 16,32,64,128
+    txl-eval --model OUT_DIR --tasks T1[,T2] [--include-path DIR] [--output-path DIR] \\
+        [--num-fewshot N] [--limit N]      (lm-evaluation-harness tasks; the harness extra)
     torchrun --nproc_per_node 2 -m txl_dist.cli.evaluate ...    (rows split over the ranks)
     python -m txl_dist.cli.evaluate ...
 
@@ -16,6 +18,10 @@ Character-level data (the manifest's level) is reported in bits per character (l
 
 A sweep (--sweep-mem-len or --sweep-clamp-len) scores every length in one run, reading the
 data once, and reports each model's effective context and, for several --model, their RECL.
+
+--tasks runs lm-evaluation-harness tasks (its flags' names and meanings, underscores accepted)
+on one rank, with the memory kept (txl_dist.harness): it prints the harness's table and writes
+its results JSON under --output-path.
 """
 
 from __future__ import annotations
@@ -144,6 +150,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", help="prepared dataset root (or a split's manifest.json URL)")
     source.add_argument("--text", help="raw text file in words, scored over all its tokens")
+    source.add_argument("--tasks", help="lm-evaluation-harness tasks, comma-separated")
+    harness = p.add_argument_group("lm-evaluation-harness (with --tasks)")
+    harness.add_argument("--include-path", "--include_path", help="directory of task YAMLs")
+    harness.add_argument("--output-path", "--output_path", help="directory for the results JSON")
+    harness.add_argument("--num-fewshot", "--num_fewshot", type=int, help="few-shot examples")
+    harness.add_argument("--limit", type=float, help="documents per task (below 1: a fraction)")
     p.add_argument("--split", default="test", help="split of --data (default test)")
     p.add_argument("--tgt-len", type=int, help="segment length (default: eval_tgt_len)")
     p.add_argument("--mem-len", type=int, help="memory length (default: eval_mem_len)")
@@ -180,6 +192,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--batch-size must be at least 1")
     if args.sweep is None and (len(args.model) > 1 or args.out):
         p.error("several --model and --out need a sweep: add --sweep-mem-len or --sweep-clamp-len")
+    harness_flags = (args.include_path, args.output_path, args.num_fewshot, args.limit)
+    if not args.tasks and any(flag is not None for flag in harness_flags):
+        p.error("--include-path, --output-path, --num-fewshot and --limit go with --tasks")
+    if args.tasks and args.sweep:
+        p.error("--tasks runs harness tasks, not a sweep: drop --sweep-mem-len/--sweep-clamp-len")
     if len(set(args.model)) < len(args.model):
         p.error("give each --model once")
     if not 0 < args.threshold < 1:
@@ -325,6 +342,8 @@ def sweep(args: argparse.Namespace, world: World, device: torch.device) -> Sweep
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.tasks:
+        return harness_tasks(args)
     world = world_from_env()
     device = torch.device(args.device)
     if world.world_size > 1:
@@ -343,6 +362,35 @@ def main(argv: list[str] | None = None) -> int:
     end_distributed()
     if world.is_main:
         print(render(output, args.json))
+    return 0
+
+
+def harness_tasks(args: argparse.Namespace) -> int:
+    """--tasks: the harness's table on stdout, its results JSON under --output-path."""
+    try:
+        from txl_dist.harness import TXLM
+        from txl_dist.harness.tasks import TaskRun, run_tasks
+    except ImportError as err:
+        hint = "pip install -e '.[harness]' in the checkout"
+        print(f"txl-eval: error: --tasks needs lm_eval ({err}): {hint}", file=sys.stderr)
+        return USAGE_ERROR
+    run = TaskRun(
+        [t for t in args.tasks.split(",") if t], args.include_path, args.output_path,
+        args.num_fewshot, args.limit,
+    )  # fmt: skip
+    try:
+        model = TXLM(
+            args.model[0], args.batch_size, args.device, args.dtype, args.tgt_len, args.mem_len,
+            args.clamp_len, None if args.same_length is None else args.same_length == "true",
+        )  # fmt: skip
+        output = run_tasks(model, args.model[0], run)
+    except (DataError, FileNotFoundError, ValueError, KeyError, OSError) as err:
+        message = err.args[0] if isinstance(err, KeyError) else err  # a KeyError's str quotes it
+        print(f"txl-eval: error: {message}", file=sys.stderr)
+        return USAGE_ERROR
+    print(output.table())
+    if output.path:
+        print(f"results: {output.path}")
     return 0
 
 

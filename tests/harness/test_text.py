@@ -1,0 +1,42 @@
+"""Text to ids and back for each kind of export: words (an <eos> per line break), text8's
+characters, a tokenizer.json's subwords; each starts from its line start."""
+
+from __future__ import annotations
+
+import json
+
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
+from data_pipeline.vocab import EOS, UNK_WIKI, Vocab
+from txl_dist.harness.text import ExportText
+from txl_dist.model.transformer import VOCAB_FILE
+
+
+def test_words_read_line_breaks_as_eos_and_lacking_words_as_unknown(tmp_path):
+    Vocab([EOS, UNK_WIKI, "the", "cat", "sat"]).save(str(tmp_path / VOCAB_FILE))
+    text = ExportText(str(tmp_path))
+    ids, unknown = text.encode("the cat\nsat  on\n")
+    assert ids.tolist() == [2, 3, 0, 4, 1, 0] and unknown == ["on"]
+    assert text.start == [0]
+    assert text.decode([2, 3, 0, 4]) == " the cat\nsat"
+
+
+def test_text8_characters_start_after_a_space(tmp_path):
+    Vocab(["a", "_", *"bcdefghijklmnopqrstuvwxyz"]).save(str(tmp_path / VOCAB_FILE))
+    (tmp_path / "data.json").write_text(json.dumps({"dataset": "text8", "level": "char"}))
+    text = ExportText(str(tmp_path))
+    ids, unknown = text.encode("a cab")
+    assert ids.tolist() == [0, 1, 3, 0, 2] and unknown == []
+    assert text.start == [1]
+    assert text.decode(ids.tolist()) == "a cab"
+
+
+def test_a_tokenizer_json_gives_its_own_ids(tmp_path):
+    docs = ["the cat sat on the mat\n", "a dog sat on a log\n"] * 20
+    subword = Subword.train_bpe(300, iter(docs))
+    subword.save(str(tmp_path / TOKENIZER_FILE))
+    text = ExportText(str(tmp_path))
+    ids, unknown = text.encode("the dog sat")
+    expected = subword.tokenizer.encode("the dog sat", add_special_tokens=False).ids
+    assert ids.tolist() == expected and unknown == []
+    assert text.start == subword.tokenizer.encode("\n").ids
+    assert text.decode(ids.tolist()) == "the dog sat"

@@ -1,0 +1,9 @@
+"""Our exported models in EleutherAI's lm-evaluation-harness (needs the `harness` extra).
+
+`TXLM` is the harness's `LM`, registered as model "txl"; `txl-eval --tasks` runs it through the
+harness's own evaluator (txl_dist.harness.tasks).
+"""
+
+from txl_dist.harness.lm import TXLM
+
+__all__ = ["TXLM"]

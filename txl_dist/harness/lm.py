@@ -1,0 +1,205 @@
+"""TXLM: an exported model as the harness's `LM`, Transformer-XL's memory kept across segments.
+
+- loglikelihood_rolling: each document is one stream scored exactly as `txl-eval --text
+  --batch-size 1` scores a file: segments of the evaluation tgt_len, memory carried, every
+  token once (the first after a line start, so the whole document counts).
+- loglikelihood: the context is run first, segment by segment through the memory; the
+  continuation is then scored on that memory. Requests whose contexts have the same length
+  share a batch (rows never hold padding before their tokens, so batching changes nothing).
+- generate_until: txl-generate's generation (the prompt in one segment, then each token alone on
+  the memory, same_length off), stopped at the first `until` string.
+
+Lengths are the export's evaluation ones (eval_tgt_len, eval_mem_len, eval_clamp_len,
+eval_same_length) unless given, as in txl-eval. One process: under a multi-rank launcher it
+refuses to start (the harness would score every request on every rank).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import numpy as np
+import torch
+from lm_eval.api.instance import Instance
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from tqdm import tqdm
+
+from data_pipeline.streams import IGNORE_INDEX
+from txl_dist.cli.evaluate import DEFAULT_ROWS, TextBatches, load_model
+from txl_dist.cli.generate import Sampling, generate
+from txl_dist.engine.dist import world_from_env
+from txl_dist.engine.evaluate import evaluate
+from txl_dist.harness.text import ExportText
+
+log = logging.getLogger(__name__)
+
+MAX_GEN_TOKS = 256
+"""Tokens generate_until produces at most when the task does not say (the harness's default)."""
+
+
+@register_model("txl")
+class TXLM(LM):
+    """The model txl-export wrote in `pretrained`, for `lm_eval.simple_evaluate(model=TXLM(...))`
+    (or model="txl", model_args="pretrained=DIR")."""
+
+    def __init__(
+        self,
+        pretrained: str,
+        batch_size: int | str = DEFAULT_ROWS,
+        device: str | None = None,
+        dtype: str = "fp32",
+        tgt_len: int | None = None,
+        mem_len: int | None = None,
+        clamp_len: int | None = None,
+        same_length: bool | None = None,
+        seed: int = 0,
+    ):
+        super().__init__()
+        if world_from_env().world_size > 1:
+            raise ValueError(
+                "the harness model runs on one rank: start it without torchrun or srun"
+            )
+        if not str(batch_size).isdigit() or int(batch_size) < 1:
+            raise ValueError(f"batch_size must be a number of rows, got {batch_size!r}")
+        self.batch_size = int(batch_size)
+        self._device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        lengths = argparse.Namespace(
+            tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, sweep=None, dtype=dtype,
+            same_length=None if same_length is None else str(bool(same_length)).lower(),
+        )  # fmt: skip
+        self.model = load_model(pretrained, lengths, self._device)
+        self.text = ExportText(pretrained)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.unknown_said = False
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of `text`; the first request with words the vocabulary lacks says so, once."""
+        ids, unknown = self.text.encode(text)
+        if unknown and not self.unknown_said:
+            self.unknown_said = True
+            log.warning(
+                "requests hold words the vocabulary lacks (first: %s): they are read as the "
+                "unknown token, as txl-eval reads them; said once",
+                ", ".join(repr(w) for w in list(dict.fromkeys(unknown))[:5]),
+            )
+        return ids.tolist()
+
+    def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """(line start + context ids, continuation ids), cut from the ids of the whole text as
+        the harness's own models cut them (a continuation's leading space stays its own)."""
+        whole = self.encode(context + continuation)
+        cut = len(self.encode(context))
+        return self.text.start + whole[:cut], whole[cut:]
+
+    # ---- the harness's three requests ----
+
+    def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False):
+        results = []
+        for request in tqdm(requests, desc="rolling", disable=disable_tqdm):
+            (text,) = request.args
+            ids = np.asarray(self.text.start + self.encode(text), np.int64)
+            if len(ids) < 2:  # an empty document: nothing to score
+                results.append(0.0)
+                continue
+            batches = TextBatches(ids, rows=1, tgt_len=self.model.config.tgt_len)
+            result = evaluate(self.model, batches, self._device, progress=False)
+            results.append(-result.loss * result.tokens)
+            self.cache_hook.add_partial("loglikelihood_rolling", (text,), results[-1])
+        return results
+
+    def loglikelihood(self, requests: list[Instance], disable_tqdm: bool = False):
+        pairs = [self.encode_pair(*request.args) for request in requests]
+        results: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)
+        bar = tqdm(total=len(pairs), desc="loglikelihood", disable=disable_tqdm)
+        for batch in self.same_context_length(pairs):
+            scores = self.score_continuations([pairs[i] for i in batch])
+            for i, score in zip(batch, scores):
+                results[i] = score
+                self.cache_hook.add_partial("loglikelihood", requests[i].args, score)
+            bar.update(len(batch))
+        bar.close()
+        return results
+
+    def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
+        # same_length is an evaluation device for equal contexts; a generated token sees all it
+        # can, as in txl-generate.
+        with self.model.lengths(same_length=False):
+            return [
+                self.generate_one(*request.args)
+                for request in tqdm(requests, desc="generate", disable=disable_tqdm)
+            ]
+
+    # ---- how they are computed ----
+
+    def same_context_length(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[int]]:
+        """Indices of `pairs` in batches of at most batch_size whose contexts are equally long."""
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]))
+        batches: list[list[int]] = []
+        for i in order:
+            last = batches[-1] if batches else None
+            if last and len(last) < self.batch_size and len(pairs[last[0]][0]) == len(pairs[i][0]):
+                last.append(i)
+            else:
+                batches.append([i])
+        return batches
+
+    @torch.no_grad()
+    def score_continuations(
+        self, pairs: list[tuple[list[int], list[int]]]
+    ) -> list[tuple[float, bool]]:
+        """(log-likelihood, greedy) of each continuation after its context; contexts equally
+        long. The context's inputs (all its tokens but the last) fill the memory first."""
+        tgt_len, device = self.model.config.tgt_len, self._device
+        contexts = torch.tensor([context for context, _ in pairs], device=device)
+        mems = None
+        for start in range(0, contexts.size(1) - 1, tgt_len):
+            # Targets only so the model computes losses, not log-probabilities over the vocabulary.
+            segment = contexts[:, start : start + tgt_len + 1]
+            mems = self.model(segment[:, :-1], segment[:, 1:], mems).mems
+        width = max(1, max(len(continuation) for _, continuation in pairs))
+        inputs = torch.zeros(len(pairs), width, dtype=torch.int64)
+        targets = torch.full((len(pairs), width), IGNORE_INDEX, dtype=torch.int64)
+        for row, (context, continuation) in enumerate(pairs):
+            n = len(continuation)
+            inputs[row, :n] = torch.tensor([context[-1], *continuation[:-1]][:n])
+            targets[row, :n] = torch.tensor(continuation, dtype=torch.int64)
+        inputs, targets = inputs.to(device), targets.to(device)
+        total = torch.zeros(len(pairs), dtype=torch.float64, device=device)
+        greedy = torch.ones(len(pairs), dtype=torch.bool, device=device)
+        for start in range(0, width, tgt_len):
+            cols = slice(start, start + tgt_len)
+            out = self.model(inputs[:, cols], mems=mems)
+            mems, wanted = out.mems, targets[:, cols]
+            scored = wanted != IGNORE_INDEX
+            picked = out.log_probs.gather(-1, wanted.clamp(min=0)[..., None])[..., 0]
+            total += torch.where(scored, picked.double(), 0.0).sum(1)
+            greedy &= ((out.log_probs.argmax(-1) == wanted) | ~scored).all(1)
+        return list(zip(total.tolist(), greedy.tolist()))
+
+    def generate_one(self, context: str, gen_kwargs: dict) -> str:
+        """The text generated after `context` up to the first of gen_kwargs' `until` strings."""
+        options = dict(gen_kwargs)
+        until = options.pop("until", None) or []
+        until = [until] if isinstance(until, str) else list(until)
+        max_tokens = int(options.pop("max_gen_toks", MAX_GEN_TOKS))
+        do_sample = options.pop("do_sample", False)
+        temperature = float(options.pop("temperature", 1.0))
+        sampling = Sampling(
+            temperature=temperature if do_sample else 0.0,
+            top_k=int(options.pop("top_k", None) or 0),
+            top_p=float(options.pop("top_p", None) or 1.0),
+        )
+        if options:
+            log.warning("generate_until ignores %s", ", ".join(sorted(options)))
+        prompt = torch.tensor(self.text.start + self.encode(context), device=self._device)
+        ids: list[int] = []
+        text = ""
+        for token, _ in generate(self.model, prompt, max_tokens, sampling, self.generator):
+            ids.append(token)
+            text = self.text.decode(ids)
+            stops = [text.index(s) for s in until if s in text]
+            if stops:
+                return text[: min(stops)]
+        return text

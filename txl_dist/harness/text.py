@@ -1,0 +1,84 @@
+"""An export's text to token ids and back, the way its training data was prepared.
+
+Word-level data (vocab.txt): words split on whitespace, a line break read as <eos> (WikiText's
+line ends, as txl-eval reads --text), words the vocabulary lacks as its unknown token.
+Character-level data (data.json's dataset, enwik8 or text8): the dataset's own tokenizer, as
+txl-generate reads a prompt. A tokenizer.json in the export (subword data) takes precedence:
+its own ids, no unknown tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+
+from data_pipeline.corpora.datasets import DATASETS
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
+from data_pipeline.vocab import EOS, SENTENCE
+from txl_dist.cli.generate import CharDetokenizer, Detokenizer, char_dataset
+from txl_dist.exported import export_vocab
+from txl_dist.model.transformer import VOCAB_FILE
+
+CHAR_START = b" "
+"""What a character-level request starts from: the token of a space, a boundary between words."""
+SUBWORD_START = "\n"
+"""What a subword request starts from: a line break (documents are stored back to back)."""
+
+
+class ExportText:
+    """Encodes and decodes text for the model exported in `model_dir`."""
+
+    def __init__(self, model_dir: str):
+        path = os.path.join(model_dir, TOKENIZER_FILE)
+        self.subword = Subword.load(path) if os.path.exists(path) else None
+        self.vocab = export_vocab(model_dir)
+        if self.subword is None and self.vocab is None:
+            raise FileNotFoundError(
+                f"{model_dir} has neither {VOCAB_FILE} nor {TOKENIZER_FILE}: the harness reads "
+                "text, so the export needs its vocabulary"
+            )
+        self.dataset = None if self.subword else char_dataset(model_dir)
+        self.start = self._start_ids()
+        """The ids every request starts from (a line start), so its first token is scored."""
+
+    def _start_ids(self) -> list[int]:
+        if self.subword is not None:
+            return self.encode(SUBWORD_START)[0].tolist()
+        if self.dataset is not None:
+            return self._char_ids(CHAR_START)
+        return [self.vocab.index[t] for t in (EOS, SENTENCE) if t in self.vocab.index][:1]
+
+    def _char_ids(self, value: bytes) -> list[int]:
+        """The id of the character-level token standing for `value` (none if it has none)."""
+        token_bytes = DATASETS[self.dataset].char_tokenizer.token_bytes
+        for i, token in enumerate(self.vocab.tokens):
+            with contextlib.suppress(ValueError):  # a token of no byte (<unk>)
+                if token_bytes(token) == value:
+                    return [i]
+        return []
+
+    def encode(self, text: str) -> tuple[np.ndarray, list[str]]:
+        """(int64 ids of `text`, the words of it the vocabulary lacks, read as unknown)."""
+        if self.subword is not None:
+            ids = self.subword.tokenizer.encode(text, add_special_tokens=False).ids
+            return np.asarray(ids, np.int64), []
+        if self.dataset is not None:
+            tokenizer = DATASETS[self.dataset].char_tokenizer
+            names, local = tokenizer.tokens(text.encode("utf-8"), "a harness request")
+            ids, _ = self.vocab.encode_local(names, local)
+            unknown = [n for n in names if n not in self.vocab.index]
+            return ids.astype(np.int64), unknown
+        lines = text.split("\n")
+        words = [w for line in lines[:-1] for w in (*line.split(), EOS)] + lines[-1].split()
+        unknown = [w for w in words if w not in self.vocab.index]
+        return self.vocab.encode(words).astype(np.int64), unknown
+
+    def decode(self, ids: list[int]) -> str:
+        """The text of `ids` generated after a request (a word after it starts with a space)."""
+        if self.subword is not None:
+            return self.subword.decode(ids)
+        tokens = self.vocab.decode(ids)
+        words = CharDetokenizer(self.dataset) if self.dataset else Detokenizer(line_start=False)
+        return "".join(words.text(t) for t in tokens)
