@@ -13,10 +13,15 @@ import os
 import torch
 
 from data_pipeline.vocab import Vocab
+from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
 from txl_dist.scores import SCORE_OF_LEVEL
+from txl_dist.sweep import check_lengths
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+EVAL_ROWS = 10
+"""Rows an evaluation scores side by side unless told: the reference eval.py's batch size."""
 
 DATA_FILE = "data.json"
 """What the model was trained on: {"dataset": name, "level": "char" or "word"}."""
@@ -45,3 +50,31 @@ def export_vocab(model_dir: str) -> Vocab | None:
     """The export's vocabulary (vocab.txt), if it has one."""
     path = os.path.join(model_dir, VOCAB_FILE)
     return Vocab.load(path) if os.path.exists(path) else None
+
+
+def load_for_evaluation(
+    path: str,
+    device: torch.device,
+    dtype: str = "fp32",
+    tgt_len: int | None = None,
+    mem_len: int | None = None,
+    clamp_len: int | None = None,
+    same_length: bool | None = None,
+    check: bool = True,
+) -> TransformerXL:
+    """The exported model in eval mode with its evaluation lengths, each one given here (not
+    None) overriding the export's; `check` refuses lengths it cannot score with (a sweep
+    checks each of its own)."""
+    model = TransformerXL.from_pretrained(path, map_location=device)
+    ev = model.config.for_eval()
+    lengths = [
+        ev_value if value is None else value
+        for value, ev_value in zip(
+            (tgt_len, mem_len, clamp_len, same_length),
+            (ev.tgt_len, ev.mem_len, ev.clamp_len, ev.same_length),
+        )
+    ]
+    if check:
+        check_lengths(lengths[1], lengths[3])
+    model.set_lengths(*lengths)
+    return model.to(DTYPES[dtype]).eval()

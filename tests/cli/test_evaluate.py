@@ -15,12 +15,12 @@ import torch
 from data_pipeline import load_manifest, manifest_url, prepare
 from data_pipeline.cli import main as prepare_main
 from data_pipeline.streams import IGNORE_INDEX
+from data_pipeline.text_batches import TextBatches
 from data_pipeline.vocab import EOS, Vocab
 from tests.data_pipeline.paper_inputs import write_zip
 from txl_dist.cli import USAGE_ERROR
-from txl_dist.cli.evaluate import EvalReport, TextBatches, main, render, text_ids
+from txl_dist.cli.evaluate import EvalReport, main, render, text_ids
 from txl_dist.context import SweepRow, effective_context, read_csv, recl
-from txl_dist.engine.dist import World
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.attention import sinusoid_encoding
 from txl_dist.sweep import SweepResult
@@ -265,16 +265,6 @@ def test_models_that_cannot_be_compared_are_refused(capsys, corpus, model_dir, t
     clamp_sweep = [*data, "--mem-len", "0", "--sweep-clamp-len", "2"]
     assert main(["--model", str(model_dir), *clamp_sweep]) == USAGE_ERROR
     assert "same_length needs mem_len >= 1" in capsys.readouterr().err
-
-
-def test_text_batches_split_their_rows_over_ranks():
-    ids = np.arange(100)
-    whole = list(TextBatches(ids, rows=4, tgt_len=7))
-    ranks = [list(TextBatches(ids, 4, 7, World(rank, 2, rank))) for rank in (0, 1)]
-    assert len(ranks[0]) == len(ranks[1]) == len(whole)
-    for step, (inputs, targets) in enumerate(whole):
-        assert torch.equal(torch.cat([ranks[0][step][0], ranks[1][step][0]]), inputs)
-        assert torch.equal(torch.cat([ranks[0][step][1], ranks[1][step][1]]), targets)
 
 
 # ---- the evaluation lengths act on the loss as the attention math says ----

@@ -36,27 +36,29 @@ import torch
 
 from data_pipeline.errors import DataError
 from data_pipeline.shards import load_manifest, manifest_url
-from data_pipeline.streams import IGNORE_INDEX, Geometry, TokenStreams
+from data_pipeline.streams import TokenStreams
+from data_pipeline.text_batches import TextBatches
 from data_pipeline.vocab import EOS, Vocab
 from txl_dist.cli import USAGE_ERROR
 from txl_dist.context import RECL_THRESHOLD, write_csv
 from txl_dist.engine.dist import World, end_distributed, init_distributed, world_from_env
 from txl_dist.engine.evaluate import evaluate
-from txl_dist.exported import DTYPES, export_level, export_vocab
+from txl_dist.exported import (
+    DTYPES,
+    EVAL_ROWS,
+    export_level,
+    export_vocab,
+    load_for_evaluation,
+)
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
 from txl_dist.scores import format_score, score
 from txl_dist.sweep import (
     SweepResult,
-    check_lengths,
     run_sweep,
     table,
     to_json,
 )
-
-ONE_PROCESS = World(rank=0, world_size=1, local_rank=0)
-
-DEFAULT_ROWS = 10  # the reference eval.py's batch size
 
 
 @dataclass
@@ -81,39 +83,6 @@ class EvalReport:
     """Wall-clock time of the scoring."""
     settings: dict
     """Lengths, rows and dtype used."""
-
-
-class TextBatches:
-    """Evaluation batches of token ids in memory, cut exactly as TokenStreams(tail=True) cuts.
-
-    `rows` is the global row count; this rank gets its share, as a TokenStreams rank does.
-    """
-
-    def __init__(self, ids: np.ndarray, rows: int, tgt_len: int, world: World = ONE_PROCESS):
-        if len(ids) < 2:
-            raise DataError("the text has fewer than 2 tokens: nothing to score")
-        self.ids = np.asarray(ids, dtype=np.int64)
-        self.geometry = Geometry.of(len(ids), rows, tgt_len, tail=True)
-        share = rows // world.world_size
-        self.mine = range(world.rank * share, (world.rank + 1) * share)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return self.geometry.steps
-
-    def __iter__(self):
-        g = self.geometry
-        rows = torch.zeros(len(self.mine), g.row_stride + 1, dtype=torch.int64)
-        valid = torch.tensor([g.inputs_in_row(r) for r in self.mine])
-        for i, (r, n) in enumerate(zip(self.mine, valid.tolist())):
-            if n:  # n inputs need n + 1 tokens; the rest of the row is padding
-                start = r * g.row_stride
-                rows[i, : n + 1] = torch.from_numpy(self.ids[start : start + n + 1])
-        targets = rows[:, 1:].clone()
-        targets[torch.arange(g.row_stride)[None, :] >= valid[:, None]] = IGNORE_INDEX
-        for step in range(g.steps):
-            cols = slice(step * g.tgt_len, step * g.tgt_len + g.width(step))
-            yield rows[:, cols], targets[:, cols]
 
 
 def text_ids(path: str, vocab: Vocab) -> tuple[np.ndarray, int]:
@@ -164,7 +133,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--same-length", choices=("true", "false"), help="default: eval_same_length")
     p.add_argument(
-        "--batch-size", type=int, default=DEFAULT_ROWS,
+        "--batch-size", type=int, default=EVAL_ROWS,
         help="rows scored in parallel, over all ranks",
     )  # fmt: skip
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="compute dtype")
@@ -254,24 +223,13 @@ def _fractions(text: str) -> list[float]:
 
 
 def load_model(path: str, args: argparse.Namespace, device: torch.device) -> TransformerXL:
-    """The exported model in eval mode with the evaluation lengths, overrides applied."""
-    model = TransformerXL.from_pretrained(path, map_location=device)
-    ev = model.config.for_eval()
+    """The exported model with the command line's lengths and dtype."""
     same_length = None if args.same_length is None else args.same_length == "true"
-    lengths = (
-        _first(args.tgt_len, ev.tgt_len),
-        _first(args.mem_len, ev.mem_len),
-        _first(args.clamp_len, ev.clamp_len),
-        _first(same_length, ev.same_length),
-    )
-    if args.sweep is None:  # a sweep checks each of its lengths
-        check_lengths(lengths[1], lengths[3])
-    model.set_lengths(*lengths)
-    return model.to(DTYPES[args.dtype]).eval()
-
-
-def _first(value, default):
-    return default if value is None else value
+    lengths = dict(
+        tgt_len=args.tgt_len, mem_len=args.mem_len, clamp_len=args.clamp_len,
+        same_length=same_length,
+    )  # fmt: skip
+    return load_for_evaluation(path, device, args.dtype, **lengths, check=args.sweep is None)
 
 
 def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
@@ -295,7 +253,8 @@ def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
                 "prepare the text with txl-prepare (its --dataset) and pass --data"
             )
         ids, unknown = text_ids(args.text, vocab)
-        return args.text, TextBatches(ids, rows, tgt_len, world), unknown, "word"
+        batches = TextBatches(ids, rows, tgt_len, world.rank, world.world_size)
+        return args.text, batches, unknown, "word"
     url = args.data if args.data.endswith(".json") else manifest_url(args.data, args.split)
     for path in args.model:
         check_data_vocab(url, export_vocab(path), path)

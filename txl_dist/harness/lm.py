@@ -16,7 +16,6 @@ refuses to start (the harness would score every request on every rank).
 
 from __future__ import annotations
 
-import argparse
 import logging
 
 import numpy as np
@@ -27,10 +26,11 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 from data_pipeline.streams import IGNORE_INDEX
-from txl_dist.cli.evaluate import DEFAULT_ROWS, TextBatches, load_model
-from txl_dist.cli.generate import Sampling, generate
+from data_pipeline.text_batches import TextBatches
 from txl_dist.engine.dist import world_from_env
 from txl_dist.engine.evaluate import evaluate
+from txl_dist.exported import EVAL_ROWS, load_for_evaluation
+from txl_dist.generation import Sampling, generate
 from txl_dist.harness.text import ExportText
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class TXLM(LM):
     def __init__(
         self,
         pretrained: str,
-        batch_size: int | str = DEFAULT_ROWS,
+        batch_size: int | str = EVAL_ROWS,
         device: str | None = None,
         dtype: str = "fp32",
         tgt_len: int | None = None,
@@ -65,11 +65,11 @@ class TXLM(LM):
             raise ValueError(f"batch_size must be a number of rows, got {batch_size!r}")
         self.batch_size = int(batch_size)
         self._device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        lengths = argparse.Namespace(
-            tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, sweep=None, dtype=dtype,
-            same_length=None if same_length is None else str(bool(same_length)).lower(),
-        )  # fmt: skip
-        self.model = load_model(pretrained, lengths, self._device)
+        lengths = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len)
+        same = None if same_length is None else bool(same_length)
+        self.model = load_for_evaluation(
+            pretrained, self._device, dtype, **lengths, same_length=same
+        )
         self.text = ExportText(pretrained)
         self.generator = torch.Generator().manual_seed(seed)
         self.unknown_said = False

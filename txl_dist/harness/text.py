@@ -17,8 +17,8 @@ import numpy as np
 from data_pipeline.corpora.datasets import DATASETS
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.vocab import EOS, SENTENCE
-from txl_dist.cli.generate import CharDetokenizer, Detokenizer, char_dataset
 from txl_dist.exported import export_vocab
+from txl_dist.generation import CharDetokenizer, Detokenizer, char_dataset
 from txl_dist.model.transformer import VOCAB_FILE
 
 CHAR_START = b" "
