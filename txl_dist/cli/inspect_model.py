@@ -18,6 +18,7 @@ from txl_dist.model.accounting import (
     build_on_meta,
     count_parameters,
     forward_flops_per_token,
+    snapshot_bytes,
     train_flops_per_token,
 )
 
@@ -47,6 +48,9 @@ class ModelReport:
     """ZeRO stage -> bytes of model states per rank (mixed-precision Adam)."""
     activation_bytes_per_row: float
     """Estimated training activations of one micro-batch row in the config's precision."""
+    snapshot_bytes: tuple[float, float]
+    """Host memory of an asynchronous save's snapshot at the config's ZeRO stage and this world
+    size: (rank 0, each other rank)."""
 
 
 def inspect_config(path: str, world_size: int, overrides: list[str] = ()) -> ModelReport:
@@ -56,6 +60,7 @@ def inspect_config(path: str, world_size: int, overrides: list[str] = ()) -> Mod
     rows = _micro_rows(run_config, world_size)
     forward = forward_flops_per_token(config, rows)
     low_precision = any(run_config.deepspeed.get(k, {}).get("enabled") for k in ("bf16", "fp16"))
+    stage, rows = run_config.zero_stage, run_config.train.global_rows
     return ModelReport(
         config=path,
         parameters=total,
@@ -67,6 +72,7 @@ def inspect_config(path: str, world_size: int, overrides: list[str] = ()) -> Mod
         world_size=world_size,
         zero_bytes_per_rank={s: f(world_size) * total for s, f in ZERO_STAGES.items()},
         activation_bytes_per_row=activation_bytes_per_row(config, 2 if low_precision else 4),
+        snapshot_bytes=snapshot_bytes(config, total, stage, world_size, rows, low_precision),
     )
 
 
@@ -92,6 +98,11 @@ def format_report(r: ModelReport) -> str:
     lines += [f"    ZeRO-{s}  {b / gib:10.2f} GiB" for s, b in r.zero_bytes_per_rank.items()]
     lines.append(
         f"  activations per micro-batch row (estimate) {r.activation_bytes_per_row / gib:.2f} GiB"
+    )
+    first, others = r.snapshot_bytes
+    lines.append(
+        f"  async-save snapshot in host memory (config's ZeRO stage) {first / gib:.2f} GiB on "
+        f"rank 0, {others / gib:.2f} GiB on each other rank"
     )
     return "\n".join(lines)
 
