@@ -89,11 +89,18 @@ class Room:
 
 
 def room(needed: int, available: Callable[[], int], step: int) -> Room:
-    """Gather every rank's snapshot bytes and its machine's available memory (a collective);
-    each machine needs its ranks' snapshots plus the margin."""
+    """Gather every rank's machine, snapshot bytes and available memory (a collective), then
+    decide as `room_among` does: the same answer on every rank."""
     mine = (socket.gethostname(), needed, available())
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
+    return room_among(everyone, step)
+
+
+def room_among(everyone: list[tuple[str, int, int]], step: int) -> Room:
+    """Whether each machine of (machine, snapshot bytes, available bytes), one per rank, has
+    room: the sum of its ranks' snapshots plus the margin within the least available any of
+    them saw."""
     machines: dict[str, list[tuple[int, int, int]]] = {}
     for rank, (host, need, free) in enumerate(everyone):
         machines.setdefault(host, []).append((rank, need, free))
