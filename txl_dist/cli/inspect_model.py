@@ -60,7 +60,6 @@ def inspect_config(path: str, world_size: int, overrides: list[str] = ()) -> Mod
     rows = _micro_rows(run_config, world_size)
     forward = forward_flops_per_token(config, rows)
     low_precision = any(run_config.deepspeed.get(k, {}).get("enabled") for k in ("bf16", "fp16"))
-    stage, rows = run_config.zero_stage, run_config.train.global_rows
     return ModelReport(
         config=path,
         parameters=total,
@@ -72,7 +71,14 @@ def inspect_config(path: str, world_size: int, overrides: list[str] = ()) -> Mod
         world_size=world_size,
         zero_bytes_per_rank={s: f(world_size) * total for s, f in ZERO_STAGES.items()},
         activation_bytes_per_row=activation_bytes_per_row(config, 2 if low_precision else 4),
-        snapshot_bytes=snapshot_bytes(config, total, stage, world_size, rows, low_precision),
+        snapshot_bytes=snapshot_bytes(
+            config,
+            total,
+            run_config.zero_stage,
+            world_size,
+            run_config.train.global_rows,
+            low_precision,
+        ),
     )
 
 
