@@ -67,3 +67,13 @@ def test_zero_memory_follows_the_zero_paper():
     assert per_rank["2"] == pytest.approx((2 + 14 / 4) * params)
     assert per_rank["3"] == pytest.approx(16 / 4 * params)
     assert report["train_flops_per_token"] > 6 * report["non_embedding_parameters"]
+
+
+def test_the_async_save_snapshot_is_rank_0s_weights_and_a_share_of_the_optimizer():
+    # wt103_base: bf16, ZeRO-2, 60 global rows; at 2 ranks a micro batch of 30 rows.
+    report = inspect_config(str(REPO_ROOT / "configs/wt103_base.json"), 2)
+    assert report.micro_rows == 30
+    params, (first, others) = report.parameters, report.snapshot_bytes
+    memories = 16 * 30 * 150 * 410 * 2  # layers x rows per rank x mem_len x d_model x bf16
+    assert others == pytest.approx(12 / 2 * params + memories + 2**20)
+    assert first == pytest.approx(others + 2 * params)

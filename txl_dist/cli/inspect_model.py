@@ -18,6 +18,7 @@ from txl_dist.model.accounting import (
     build_on_meta,
     count_parameters,
     forward_flops_per_token,
+    snapshot_bytes,
     train_flops_per_token,
 )
 from txl_dist.plan import PRECISION_BYTES
@@ -48,6 +49,9 @@ class ModelReport:
     """ZeRO stage -> bytes of model states per rank (mixed-precision Adam)."""
     activation_bytes_per_row: float
     """Estimated training activations of one micro-batch row in the config's precision."""
+    snapshot_bytes: tuple[float, float]
+    """Host memory of an asynchronous save's snapshot at the config's ZeRO stage and this world
+    size: (rank 0, each other rank)."""
 
 
 def inspect_config(path: str, world_size: int, overrides: list[str] = ()) -> ModelReport:
@@ -68,6 +72,14 @@ def inspect_config(path: str, world_size: int, overrides: list[str] = ()) -> Mod
         zero_bytes_per_rank={s: f(world_size) * total for s, f in ZERO_STAGES.items()},
         activation_bytes_per_row=activation_bytes_per_row(
             config, PRECISION_BYTES[run_config.ds.precision]
+        ),
+        snapshot_bytes=snapshot_bytes(
+            config,
+            total,
+            run_config.zero_stage,
+            world_size,
+            run_config.train.global_rows,
+            run_config.ds.precision != "fp32",
         ),
     )
 
@@ -94,6 +106,11 @@ def format_report(r: ModelReport) -> str:
     lines += [f"    ZeRO-{s}  {b / gib:10.2f} GiB" for s, b in r.zero_bytes_per_rank.items()]
     lines.append(
         f"  activations per micro-batch row (estimate) {r.activation_bytes_per_row / gib:.2f} GiB"
+    )
+    first, others = r.snapshot_bytes
+    lines.append(
+        f"  async-save snapshot in host memory (config's ZeRO stage) {first / gib:.2f} GiB on "
+        f"rank 0, {others / gib:.2f} GiB on each other rank"
     )
     return "\n".join(lines)
 

@@ -270,7 +270,7 @@ class Trainer:
         self._check_nonfinite()  # never save what should have ended the run
         with self.watchdog.phase("checkpoint save", self.step):
             path = self.checkpoints.save(self.state_dict(), self.streams)
-        if self.checkpoints.async_save:
+        if self.checkpoints.in_background:
             self._announce(f"saving checkpoint {path} in the background")
         else:
             self._announce(f"saved checkpoint {path}")

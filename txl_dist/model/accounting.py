@@ -6,6 +6,8 @@ prints these figures; the engine takes its FLOPs per token (for MFU) from here.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from txl_dist.model.adaptive import cluster_dims
@@ -117,3 +119,39 @@ def rank_memory_bytes(
     total, _ = count_parameters(build_on_meta(c))
     states = ZERO_STAGES[zero_stage](world_size) * total
     return states + activation_bytes_per_row(c, dtype_bytes) * micro_rows
+
+
+# Beside tensors an asynchronous save's snapshot holds pickled records (client state, RNG states,
+# DeepSpeed's config and parameter shapes: kilobytes for the shipped configs) and zip entries.
+SNAPSHOT_RECORD_BYTES = 1 << 20
+
+
+def memories_bytes(c: TXLConfig, rows_per_rank: int, dtype_bytes: int) -> int:
+    """A rank's memories once they are full: [rows, mem_len, d_model] per layer."""
+    return c.n_layer * rows_per_rank * c.mem_len * c.d_model * dtype_bytes
+
+
+def snapshot_bytes(
+    c: TXLConfig, parameters: int, zero_stage: int, world_size: int, global_rows: int,
+    low_precision: bool,
+) -> tuple[float, float]:  # fmt: skip
+    """txl-inspect's host memory of an asynchronous save's snapshot with Adam (what DeepSpeed
+    writes): (rank 0's, each other rank's).
+
+    Rank 0 writes the weights (ZeRO-0 to 2; ZeRO-3 writes none). The fp32 master weights and
+    Adam's two moments (12 bytes a parameter, the master being the weights themselves in fp32)
+    are split over the ranks under ZeRO; without it, rank 0 writes them whole.
+    """
+    weights = 2 if low_precision else 4
+    optimizer = 12 * parameters
+    if zero_stage == 0:
+        master_in_weights = 0 if low_precision else 4 * parameters
+        first, others = weights * parameters + optimizer - master_in_weights, 0.0
+    elif zero_stage == 3:
+        first = others = optimizer / world_size
+    else:
+        others = optimizer / world_size
+        first = weights * parameters + others
+    rows = math.ceil(global_rows / world_size)
+    rest = memories_bytes(c, rows, weights) + SNAPSHOT_RECORD_BYTES
+    return first + rest, others + rest

@@ -1,19 +1,22 @@
 """Saves by real DeepSpeed engines (ZeRO-2, bf16) on 2 gloo ranks: what a save records, what a
 failed save leaves behind, a write failing on one rank only, a full disk, and asynchronous saves
-(train.async_save)."""
+(train.async_save), with their host-memory estimate and synchronous fallback."""
 
 import json
 import os
 import re
 import shutil
+import socket
 
 import pytest
 
 from tests import processes
 from tests.conftest import REPO_ROOT, small_disk
-from tests.engine.checkpoint.transaction_worker import NEEDED, directories
+from tests.engine.checkpoint.transaction_worker import NEEDED, SETTINGS, WIDTH, directories
+from txl_dist.config import load_run_config
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import CheckpointState
+from txl_dist.model.accounting import snapshot_bytes
 
 pytestmark = pytest.mark.slow  # two DeepSpeed ranks
 
@@ -128,3 +131,38 @@ def test_a_background_write_failing_on_one_rank_ends_the_save_with_the_one_line(
     dirs, results = saves
     assert_step3_failed_on_rank_1(results, "async_one_rank", dirs["async"], latest="global_step1")
     assert sorted(p.name for p in dirs["async"].glob("global_step*")) == ["global_step1"]
+
+
+def test_an_async_save_on_a_machine_without_room_saves_synchronously_on_every_rank(saves):
+    dirs, results = saves
+    synced, fallback = dirs["plain"] / "global_step1", dirs["fallback"] / "global_step1"
+    assert _record(fallback).files == _record(synced).files  # complete, the same CRC-32s
+    assert checkpoint.damage(str(fallback), _record(fallback).files) is None
+    assert (dirs["fallback"] / checkpoint.LATEST).read_text() == "global_step1"
+    sync = [[phase, 1] for phase in ("prepare", "write", "list", "verify", "publish")]
+    assert results[0]["fallback_phases"] == results[1]["fallback_phases"] == sync  # no snapshot
+    [warning] = results[0]["warnings"]  # one line, from rank 0, naming rank 1's machine
+    assert warning.startswith(f"{socket.gethostname()} (rank 1) has 0.00 GiB of host memory ")
+    assert warning.endswith("saving step 1 synchronously (train.async_save)")
+    assert results[1]["warnings"] == []
+
+
+def test_the_snapshot_estimate_covers_the_files_each_rank_writes(saves):
+    dirs, results = saves
+    tag = dirs["async"] / "global_step1"
+    names = [(f"pp_rank_{rank}_", f"memory_rank{rank}.pt") for rank in (0, 1)]
+    written = [[f for f in tag.iterdir() if shard in f.name or f.name == m] for shard, m in names]
+    written[0].append(tag / "mp_rank_00_model_states.pt")  # rank 0 writes the model states
+    for rank, files in enumerate(written):
+        actual = sum(f.stat().st_size for f in files)
+        # The estimate adds SNAPSHOT_RECORD_BYTES (1 MiB) for records: 15% of a 7 MB shard
+        assert actual <= results[rank]["snapshot_bytes"] <= 1.25 * actual
+
+
+def test_txl_inspects_estimate_is_the_engines_for_zero_2(saves):
+    _, results = saves
+    config = load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), SETTINGS)
+    # The worker's engine: ZeRO-2, bf16, 2 ranks, one row each.
+    estimate = snapshot_bytes(config.model, WIDTH * WIDTH + WIDTH, 2, 2, 2, low_precision=True)
+    for rank, expected in enumerate(estimate):
+        assert results[rank]["snapshot_bytes"] == pytest.approx(expected, rel=1e-3)

@@ -1,16 +1,18 @@
 """One of the 2 gloo ranks of test_transaction.py: real DeepSpeed saves (ZeRO-2, bf16), a
 killed save's leftovers, a write failing on this rank only, a full disk, and asynchronous saves
-(one of the same step as a synchronous one, one whose background write fails on this rank).
+(one of the same step as a synchronous one, one whose background write fails on this rank, one
+falling back to a synchronous save because rank 1's machine says it has no memory available).
 
 python -c "from tests.engine.checkpoint.transaction_worker import main; main(ROOT)" RANK
-prints `RESULT {json}`: what this rank's saves raised, whether the kept checkpoint reloads, and
-the phases the after_phase hook heard.
+prints `RESULT {json}`: what this rank's saves raised, whether the kept checkpoint reloads, the
+phases the after_phase hook heard, the warnings logged and this rank's snapshot estimate.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import resource
 import signal
 import sys
@@ -28,6 +30,9 @@ from txl_dist.engine.memory import MemoryBank
 
 WIDTH = 1000  # a Linear(WIDTH, WIDTH): 1,001,000 parameters, 14 MB per checkpoint
 NEEDED = 16 * (WIDTH * WIDTH + WIDTH)  # preflight's estimate: 16 bytes per parameter
+# The config Checkpointer.state records (these saves pass it by) and whose memories the snapshot
+# estimate counts: any config does.
+SETTINGS = ["model.n_token=10", "model.cutoffs=[]", "model.tie_projs=[false]"]
 FILE_LIMIT = 1 << 20  # rank 1's largest file in the one-rank failure: below its optimizer shard
 STATE = CheckpointState(
     step=0, stream={}, world_size=2, global_rows=2, rows_per_rank=1, config={}, vocab_size=10,
@@ -38,7 +43,7 @@ STATE = CheckpointState(
 def directories(root: Path) -> dict[str, Path]:
     """The checkpoints directories the ranks save into (`disk` is on a full tmpfs; `async`
     gets asynchronous saves)."""
-    names = ("plain", "disk", "async")
+    names = ("plain", "disk", "async", "fallback")
     return {name: root / name / "checkpoints" for name in names}
 
 
@@ -58,6 +63,15 @@ def _engine():
     return engine
 
 
+def _logged_warnings() -> list[str]:
+    """The messages of the warnings our loggers log from now on."""
+    messages = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logging.getLogger("txl_dist").addHandler(handler)
+    return messages
+
+
 def main(root: str) -> None:
     rank, dirs = int(sys.argv[1]), directories(Path(root))
     # A file rendezvous (no port another process could take), then DeepSpeed's setup on it.
@@ -68,9 +82,7 @@ def main(root: str) -> None:
     engine = _engine()
     memory = MemoryBank(1)
     memory.set(0, [torch.full((1, 2, 3), float(rank))])
-    # Recorded by Checkpointer.state, which these saves pass by: any config does.
-    settings = ["model.n_token=10", "model.cutoffs=[]", "model.tie_projs=[false]"]
-    config = load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), settings)
+    config = load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), SETTINGS)
     savers = {
         name: Checkpointer(
             engine=engine,
@@ -82,11 +94,14 @@ def main(root: str) -> None:
             save_interval=0,
             keep_last=2,
             needed_bytes=NEEDED,
-            async_save=name == "async",
+            async_save=name in ("async", "fallback"),
         )
         for name, directory in dirs.items()
     }
-    phases = {"plain": [], "async": []}  # [phase, step] as the hook heard them
+    if rank == 1:  # this rank's machine says it has no memory for a snapshot
+        savers["fallback"].available_memory = lambda: 0
+    warnings = _logged_warnings()
+    phases = {"plain": [], "async": [], "fallback": []}  # [phase, step] as the hook heard them
     for name, heard in phases.items():
         savers[name].after_phase = lambda phase, step, heard=heard: heard.append([phase, step])
 
@@ -107,6 +122,7 @@ def main(root: str) -> None:
     out = {}
     save("plain", 1)
     save("async", 1, train=False)  # the same state, saved asynchronously
+    save("fallback", 1, train=False)  # and synchronously, for want of memory on rank 1
     if rank == 0:  # what a save of step 2 killed midway leaves
         leftover = dirs["plain"] / f"global_step2{checkpoint.PARTIAL}"
         leftover.mkdir()
@@ -128,5 +144,7 @@ def main(root: str) -> None:
     engine.load_checkpoint(str(dirs["disk"]), tag="global_step1")
     out["reloaded"] = torch.equal(engine.module.weight, saved)
     out["phases"], out["async_phases"] = phases["plain"], phases["async"]
+    out["fallback_phases"], out["warnings"] = phases["fallback"], warnings
+    out["snapshot_bytes"] = savers["async"].snapshot_bytes()
     print("RESULT " + json.dumps(out), flush=True)
     dist.destroy_process_group()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,12 +13,15 @@ import torch.distributed as dist
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
 from txl_dist.engine import preflight
+from txl_dist.engine.checkpoint import snapshot_memory
 from txl_dist.engine.checkpoint.background import BackgroundSave
 from txl_dist.engine.checkpoint.retention import prune
 from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
 from txl_dist.engine.checkpoint.transaction import SaveTransaction
 from txl_dist.engine.dist import World
 from txl_dist.engine.memory import MemoryBank
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,6 +53,9 @@ class Checkpointer:
     transaction.py): a test injects it to stop or kill ranks inside a save."""
     async_save: bool = False
     """Write saves in the background (train.async_save): the loop waits only for a snapshot."""
+    available_memory: Callable[[], int] = snapshot_memory.available_bytes
+    """Bytes of host memory this machine has available for snapshots, asked before each
+    asynchronous save (a test injects a small figure to see the synchronous fallback)."""
     _background: BackgroundSave | None = None
     _group: Any = None  # the background saves' process group, made by the first one
 
@@ -62,8 +69,9 @@ class Checkpointer:
         rows_per_rank: int,
         resumed_step: int | None,
     ) -> Checkpointer:
-        """The checkpoints of `config`'s run, which resumed at `resumed_step` (None: fresh)."""
-        return cls(
+        """The checkpoints of `config`'s run, which resumed at `resumed_step` (None: fresh);
+        with async_save, rank 0 says what its snapshots take (a collective)."""
+        checkpointer = cls(
             engine=engine,
             memory=memory,
             config=config,
@@ -76,6 +84,8 @@ class Checkpointer:
             saved_step=resumed_step,
             async_save=config.train.async_save,
         )
+        checkpointer.announce_snapshots()
+        return checkpointer
 
     def due(self, step: int) -> bool:
         """Whether `step` ends a save interval."""
@@ -113,7 +123,7 @@ class Checkpointer:
         this or the previous save, once the previous one's background part ended."""
         self.wait()
         transaction = self._transaction(state)
-        if not self.async_save:
+        if not (self.async_save and self._room_for_snapshots(state.step)):
             return self._published(transaction.run(), state)
         if self._group is None:  # every rank saves at the same steps: a collective is safe
             self._group = dist.new_group(backend="gloo")
@@ -121,6 +131,33 @@ class Checkpointer:
         transaction.take_snapshot()
         self._background = BackgroundSave(lambda: self._published(transaction.complete(), state))
         return os.path.join(self.directory, transaction.tag)
+
+    @property
+    def in_background(self) -> bool:
+        """Whether the last save is still being written in the background."""
+        return self._background is not None
+
+    def snapshot_bytes(self) -> int:
+        """This rank's snapshot of an asynchronous save, in host memory."""
+        return snapshot_memory.rank_bytes(self.engine, self.config.model, self.rows_per_rank)
+
+    def announce_snapshots(self) -> None:
+        """Rank 0 says how much host memory the asynchronous saves' snapshots take (at start-up;
+        a collective)."""
+        if not self.async_save:
+            return
+        sizes = [0] * self.world.world_size
+        dist.all_gather_object(sizes, self.snapshot_bytes())
+        if self.world.is_main:
+            log.info(snapshot_memory.sizes_line(sizes, self.available_memory()))
+
+    def _room_for_snapshots(self, step: int) -> bool:
+        """Whether every machine has host memory for its ranks' snapshots; if not, rank 0
+        warns and every rank saves synchronously (a collective: the ranks agree)."""
+        room = snapshot_memory.room(self.snapshot_bytes(), self.available_memory, step)
+        if room.warning and self.world.is_main:
+            log.warning(room.warning)
+        return room.fits
 
     def wait(self) -> None:
         """Return once the background save, if any, is complete; raises its CheckpointSaveError

@@ -1,0 +1,197 @@
+"""The training time a checkpoint save costs: synchronous against asynchronous saves.
+
+    python bench/checkpoint_stall.py [--raw ../shared/data/wikitext-103] [--stages 2 3]
+                                     [--saves 3] [--save-every 4]
+
+wt103_base at its real size (151M parameters: the shipped vocabulary of 267,735 words, which the
+WikiText-103 train prefix in --raw fills with its own ~32k words, the rest never seen), bf16, on
+2 ranks of the real launcher (`deepspeed --num_gpus 2 launch/pretrain.py`'s loop, gloo), the
+batch shrunk to one row per rank. For each ZeRO stage it trains (saves + 1) x save-every steps
+with a save every save-every steps, once with train.async_save=false and once with true. Each
+rank times its steps, its save calls and, through the checkpointer's after_phase hook, when
+`latest` moved; rank 0 prints per save:
+
+  call    the save's call on the training loop (for an asynchronous save, the snapshot)
+  stall   the training time the save cost: its call plus what the steps that ran during its
+          background write took beyond the run's median step with no write running (they
+          share the cores with it)
+  wall    from the save's call until `latest` named it
+
+The end-of-run save is not counted. Prints the date and machine first; `--json` adds one JSON
+line per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from train_engine import REPO, built_trainer, launcher
+
+WT103_BASE = REPO / "configs" / "wt103_base.json"
+VOCABULARY = 267_735  # wt103_base's model.n_token
+VALID_BYTES = 100_000  # the prefix's valid split: the runs never evaluate, txl-prepare wants one
+
+
+def prepare_data(raw: Path, work: Path) -> Path:
+    """The raw train prefix prepared with wt103_base's vocabulary size: the prefix's own words
+    first (txl-prepare's order), then never-seen fillers."""
+    src = work / "src"
+    src.mkdir(parents=True)
+    (src / "wiki.train.tokens").symlink_to((raw / "wiki.train.tokens").resolve())
+    with open(raw / "wiki.valid.tokens", encoding="utf-8") as f:
+        (src / "wiki.valid.tokens").write_text(f.read(VALID_BYTES).rsplit("\n", 1)[0] + "\n")
+    own = _prepare(src, work / "own", [])
+    words = (own / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    fillers = [f"<unseen-{i}>" for i in range(VOCABULARY - len(words))]
+    (work / "vocab.txt").write_text("\n".join(words + fillers) + "\n", encoding="utf-8")
+    return _prepare(src, work / "wt103", ["--vocab", str(work / "vocab.txt")])
+
+
+def _prepare(src: Path, out: Path, extra: list[str]) -> Path:
+    from data_pipeline.cli import main as prepare_main
+
+    args = ["--dataset", "wikitext-103", "--source", str(src), "--out", str(out), *extra]
+    if prepare_main([*args, "--no-progress"]) != 0:
+        sys.exit(f"txl-prepare failed on {src}")
+    return out
+
+
+def settings(data: Path, out: Path, stage: int, async_save: bool, every: int, steps: int):
+    values = [
+        f"data.path={data}",
+        "data.valid_split=null",
+        "data.test_split=null",
+        f"train.out_dir={out}",
+        "train.global_rows=2",
+        "train.max_micro_rows=1",
+        f"train.max_steps={steps}",
+        f"train.save_interval={every}",
+        "train.eval_interval=0",
+        "train.keep_last=2",
+        f"train.async_save={json.dumps(async_save)}",
+        f"deepspeed.zero_optimization.stage={stage}",
+        "logging.log_interval=1000",
+        "logging.wandb.mode=disabled",
+    ]
+    return [arg for value in values for arg in ("--set", value)]
+
+
+def run(data: Path, stage: int, async_save: bool, saves: int, every: int) -> dict:
+    """One launcher run; rank 0's record of it."""
+    steps = (saves + 1) * every
+    with tempfile.TemporaryDirectory(dir=REPO / "runs") as out:
+        args = ["--measure", "--config", str(WT103_BASE)]
+        args += settings(data, Path(out), stage, async_save, every, steps)
+        proc = subprocess.run(launcher(2, __file__, args), cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"ZeRO-{stage} async_save={async_save} failed:\n{proc.stderr[-3000:]}")
+    [line] = [line for line in proc.stdout.splitlines() if line.startswith("STALL ")]
+    return json.loads(line.removeprefix("STALL "))
+
+
+def measure_in_process(argv: list[str]) -> None:
+    """Runs under the launcher: the real loop, its steps, save calls and publishes timed."""
+    config, world, trainer = built_trainer(argv)
+    steps, calls, published = [], [], {}
+
+    def timed(record, work):
+        def call(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return work(*args, **kwargs)
+            finally:
+                record.append((started, time.perf_counter()))
+
+        return call
+
+    trainer.train_step = timed(steps, trainer.train_step)
+    trainer.checkpoints.save = timed(calls, trainer.checkpoints.save)
+
+    def after_phase(phase: str, step: int) -> None:
+        if phase == "publish":
+            published[step] = time.perf_counter()
+
+    trainer.checkpoints.after_phase = after_phase
+    trainer.run()
+    if world.is_main:
+        every = config.train.save_interval
+        record = stalls(steps, calls, published, every, config.train.max_steps)
+        record.update(snapshot_gib=trainer.checkpoints.snapshot_bytes() / 2**30)
+        print("STALL " + json.dumps(record), flush=True)
+
+
+def stalls(steps, calls, published, every: int, max_steps: int) -> dict:
+    """Per counted save (not the end of run's): its stall and wall time (see the docstring)."""
+    writes = [(end, published[every * (j + 1)]) for j, (_, end) in enumerate(calls)]
+    counted = [j for j in range(len(calls)) if every * (j + 1) < max_steps]
+
+    def during(start: float, write: tuple[float, float]) -> bool:
+        return write[0] <= start < write[1]
+
+    alone = [e - s for s, e in steps[2:] if not any(during(s, w) for w in writes)]
+    base = statistics.median(alone)  # the first steps warm up
+    call, stall, wall = [], [], []
+    for j in counted:
+        call_start, call_end = calls[j]
+        extra = sum(max(0.0, e - s - base) for s, e in steps if during(s, writes[j]))
+        call.append(call_end - call_start)
+        stall.append(call[-1] + extra)
+        wall.append(writes[j][1] - call_start)
+    return dict(step_s=base, call_s=call, stall_s=stall, wall_s=wall)
+
+
+def cpu_model() -> str:
+    """The processor's name (Linux), else what platform knows."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--raw", default=str(REPO.parent / "shared" / "data" / "wikitext-103"))
+    parser.add_argument("--stages", type=int, nargs="+", default=[2, 3])
+    parser.add_argument("--saves", type=int, default=3, help="saves counted per run")
+    parser.add_argument("--save-every", type=int, default=4, help="steps between saves")
+    parser.add_argument("--json", action="store_true", help="also print each run's record")
+    args = parser.parse_args()
+
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"{now}, {platform.node()}: {os.cpu_count()} x {cpu_model()}")
+    print(f"wt103_base bf16, 2 ranks (gloo), 1 row per rank, a save every {args.save_every} steps")
+    print("seconds per save; step: the median step with no write running")
+    print(f"{'ZeRO':>4} {'save':>5} {'step':>6} {'call':>6} {'stall':>6} {'wall':>6}")
+    os.makedirs(REPO / "runs", exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=REPO / "runs") as work:
+        data = prepare_data(Path(args.raw), Path(work))
+        for stage in args.stages:
+            for async_save in (False, True):
+                r = run(data, stage, async_save, args.saves, args.save_every)
+                mode = "async" if async_save else "sync"
+                mean = {k: statistics.mean(r[f"{k}_s"]) for k in ("call", "stall", "wall")}
+                figures = " ".join(f"{v:6.2f}" for v in (r["step_s"], *mean.values()))
+                print(f"{stage:>4} {mode:>5} {figures}")
+                if args.json:
+                    print(json.dumps(dict(stage=stage, mode=mode, **r)), flush=True)
+
+
+if __name__ == "__main__":
+    if "--measure" in sys.argv:
+        measure_in_process(
+            [a for a in sys.argv[1:] if a != "--measure" and not a.startswith("--local_rank")]
+        )
+    else:
+        main()
