@@ -116,8 +116,8 @@ class TrainConfig:
     keep_last: int = 3
     """Checkpoints kept; older ones are deleted once a newer one is complete."""
     async_save: bool = False
-    """Write checkpoints in the background from a snapshot in host memory, training on; off
-    for now: on by default once the kill tests of a background write are in CI."""
+    """Write checkpoints in the background from a snapshot in host memory, training on; off by
+    default: it pays only where the write has cores and host memory to spare (docs/training.md)."""
     max_nonfinite_steps: int = 10
     """Abort after this many consecutive steps with a non-finite loss."""
     peak_tflops: float | None = None
