@@ -206,7 +206,7 @@ class SampleReader:
         fetched = self.fetch(missing)
         cache = {i: self.cache[i] for i in needed if i in self.cache}
         for i, (tokens, lengths) in fetched.items():
-            cache[i] = shuffle_documents(tokens, lengths, order, i, self.table.cut_ends(i))
+            cache[i], _ = shuffle_documents(tokens, lengths, order, i, self.table.cut_ends(i))
         self.cache = cache
         return cache
 
@@ -275,12 +275,13 @@ def shuffle_documents(
     order: EpochOrder,
     sample: int,
     cut_ends: tuple[bool, bool],
-) -> np.ndarray:
-    """A sample's tokens with its documents permuted for this epoch (as is for corpus order);
-    pieces of cut documents (``cut_ends``: first, last) stay where they join their neighbours."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """A sample's tokens and document lengths with its documents permuted for this epoch (as is
+    for corpus order); pieces of cut documents (``cut_ends``: first, last) stay where they join
+    their neighbours."""
     lo, hi = int(cut_ends[0]), len(lengths) - int(cut_ends[1])
     if order.shuffle_seed is None or hi - lo < 2:
-        return tokens
+        return tokens, lengths
     rng = np.random.default_rng([order.shuffle_seed, order.epoch, sample])
     perm = np.arange(len(lengths))
     perm[lo:hi] = lo + rng.permutation(hi - lo)
@@ -289,7 +290,7 @@ def shuffle_documents(
     new_starts = np.concatenate([[0], np.cumsum(new_lengths[:-1])])
     # Position p of the result, in new document k, is starts[perm[k]] + (p - new_starts[k]).
     gather = np.repeat(starts[perm] - new_starts, new_lengths) + np.arange(len(tokens))
-    return tokens[gather]
+    return tokens[gather], new_lengths
 
 
 @dataclass
