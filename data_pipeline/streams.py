@@ -363,7 +363,47 @@ def _stop_prefetchers() -> None:
         prefetcher.close()
 
 
-class TokenStreams:
+def check_layout(order: str, rank: int, world_size: int, rows_per_rank: int, tgt_len: int):
+    """Raise ValueError unless the order is known and the rank and row layout make sense."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+    if not 0 <= rank < world_size or rows_per_rank < 1 or tgt_len < 1:
+        raise ValueError(
+            f"need 0 <= rank < world_size, rows_per_rank >= 1, tgt_len >= 1; got rank={rank}, "
+            f"world_size={world_size}, rows_per_rank={rows_per_rank}, tgt_len={tgt_len}"
+        )
+
+
+class BatchStream:
+    """What the streams share: batches a Prefetcher (``self.active``, None when idle) reads
+    ahead, from data whose vocabulary ``self.manifest`` describes."""
+
+    active: Prefetcher | None = None
+    manifest: Manifest
+
+    @property
+    def vocab_size(self) -> int:
+        """Vocabulary size the token ids refer to."""
+        return self.manifest.vocab_size
+
+    def close(self) -> None:
+        """Stop background reading (iteration restarts from the saved position)."""
+        if self.active is not None:
+            self.active.close()
+            self.active = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "active", None) is not None:
+            self.close()
+
+
+class TokenStreams(BatchStream):
     """Batches ``(input_ids, targets)``, int64 ``[rows_per_rank, tgt_len]``, for one rank."""
 
     def __init__(
@@ -384,13 +424,7 @@ class TokenStreams:
         prefetch: int = 2,
         block_tokens: int = 1 << 22,
     ):
-        if order not in ORDERS:
-            raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
-        if not 0 <= rank < world_size or rows_per_rank < 1 or tgt_len < 1:
-            raise ValueError(
-                f"need 0 <= rank < world_size, rows_per_rank >= 1, tgt_len >= 1; got rank={rank}, "
-                f"world_size={world_size}, rows_per_rank={rows_per_rank}, tgt_len={tgt_len}"
-            )
+        check_layout(order, rank, world_size, rows_per_rank, tgt_len)
         self.url, self.rank, self.rows = manifest_url, rank, rows_per_rank
         self.seed, self.order, self.tail, self.epochs = seed, order, tail, epochs
         self.prefetch, self.retry = prefetch, retry
@@ -410,17 +444,11 @@ class TokenStreams:
         self.steps_per_block = max(1, block_tokens // (rows_per_rank * tgt_len))
         self.next_epoch, self.next_step = 0, 0
         self.epoch, self.step, self.new_epoch = 0, -1, False
-        self.active: Prefetcher | None = None
 
     @property
     def steps_per_epoch(self) -> int:
         """Batches per epoch (the same on every rank)."""
         return self.geometry.steps
-
-    @property
-    def vocab_size(self) -> int:
-        """Vocabulary size the token ids refer to."""
-        return self.manifest.vocab_size
 
     def check_vocab(self, n_token: int) -> None:
         check_vocab(self.manifest, self.url, n_token)
@@ -460,22 +488,6 @@ class TokenStreams:
             self.next_epoch, self.next_step = 0, 0
         self.active = Prefetcher(self.blocks(self.next_epoch, self.next_step), self.prefetch)
         return self.batches(self.active)
-
-    def close(self) -> None:
-        """Stop background reading (iteration restarts from the saved position)."""
-        if self.active is not None:
-            self.active.close()
-            self.active = None
-
-    def __enter__(self) -> TokenStreams:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "active", None) is not None:
-            self.close()
 
     def last_epoch(self) -> int | None:
         """Epoch after which iteration stops (None: never)."""
