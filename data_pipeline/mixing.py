@@ -111,8 +111,9 @@ class Reading:
     """Retries of remote reads."""
     prefetch: int = 2
     """Blocks read ahead in the background."""
-    block_tokens: int = 1 << 20
-    """Tokens per rank read in one block."""
+    block_tokens: int = 1 << 16
+    """Tokens per rank read in one block (a walk over documents in Python: smaller blocks than
+    TokenStreams', so the prefetch stays a few hundred steps ahead)."""
 
 
 @dataclass
@@ -297,7 +298,7 @@ class MixedStreams(BatchStream):
         self.cursors = [self.fresh_cursor() for _ in range(rows_per_rank)]
         self.next_step = 0
         self.epoch, self.step, self.new_epoch = 0, -1, False
-        self.announced: set[tuple[int, int]] = set()
+        self.announced = {(i, 0) for i in range(len(sources))}  # (corpus, epoch) logged
 
     # ---- the interface the trainer and checkpoints use
 
@@ -352,6 +353,9 @@ class MixedStreams(BatchStream):
         self.cursors = [
             RowCursor.from_list(state["rows"][g], len(self.corpora)) for g in self.local_rows
         ]
+        self.announced = {
+            (i, e) for c in self.cursors for i, last in enumerate(c.epochs) for e in range(last + 1)
+        }
 
     def mix_tokens(self) -> dict[str, int]:
         """Tokens drawn so far from each corpus by all global rows (a collective, as
@@ -399,20 +403,22 @@ class MixedStreams(BatchStream):
             cursor.offsets[c] = stop
             if stop == corpus.share:  # the share is read: its next epoch, a new document
                 cursor.epochs[c], cursor.offsets[c] = epoch + 1, 0
-                self.announce(c, epoch + 1)
                 ends = True
             if ends:
                 cursor.document += 1
         return pieces
 
-    def announce(self, corpus: int, epoch: int) -> None:
-        """Log once per corpus and epoch that a corpus ran out and starts over."""
-        if (corpus, epoch) not in self.announced:
-            self.announced.add((corpus, epoch))
-            log.info(
-                f"mix: corpus {self.names[corpus]} ran out (first in row of this rank); its "
-                f"epoch {epoch} starts, in its own order"
-            )
+    def announce_epochs(self) -> None:
+        """Log once per corpus and epoch, when the first row here gets there, that a corpus
+        ran out and starts over (at the batch that reaches it, not when it is read ahead)."""
+        for i, name in enumerate(self.names):
+            row, cursor = max(zip(self.local_rows, self.cursors), key=lambda rc: rc[1].epochs[i])
+            if (i, cursor.epochs[i]) not in self.announced:
+                self.announced.add((i, cursor.epochs[i]))
+                log.info(
+                    f"mix: corpus {name} ran out in row {row}; its epoch {cursor.epochs[i]} "
+                    "starts, in its own order"
+                )
 
     def read(self, pieces: list[tuple[int, int, int, int]]) -> np.ndarray:
         """The tokens of (corpus, epoch, start, stop) pieces, joined."""
@@ -454,6 +460,7 @@ class MixedStreams(BatchStream):
                     self.step = block.first_step + k
                     self.new_epoch = self.step == 0
                     self.cursors = cursors
+                    self.announce_epochs()
                     self.next_step = self.step + 1
                     yield torch.from_numpy(chunk[:, :-1]), torch.from_numpy(chunk[:, 1:])
         finally:

@@ -386,6 +386,10 @@ class BatchStream:
         """Vocabulary size the token ids refer to."""
         return self.manifest.vocab_size
 
+    def mix_tokens(self) -> dict[str, int] | None:
+        """Tokens drawn so far from each corpus of a mix (None: one corpus, no mix)."""
+        return None
+
     def close(self) -> None:
         """Stop background reading (iteration restarts from the saved position)."""
         if self.active is not None:

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 from data_pipeline import VocabMismatchError, manifest_url, prepare
 from data_pipeline.mixing import MixedStreams, MixSource, Reading
 from tests.data_pipeline.corpora.test_records import write_jsonl
+from tests.processes import python_ranks
 
 LAYOUT = {"sample_size": 5_000, "shard_size": 50_000, "progress": False}
 
@@ -131,19 +132,28 @@ def test_resume_gives_the_same_next_batches_across_a_corpus_epoch(corpora, caplo
         return MixedStreams(sources(corpora, weights), 8, 50, seed=3, order="shuffle",
                             reading=Reading(block_tokens=3_000))  # fmt: skip
 
+    stream, expected, logged, news_epoch = open_stream(), [], [], []
     with caplog.at_level(logging.INFO, logger="data_pipeline.mixing"):
-        expected = list(itertools.islice(open_stream(), 640))
-    runs_out = [r.message for r in caplog.records if "ran out" in r.message]
-    assert len(runs_out) == 1 and "corpus news ran out" in runs_out[0], runs_out
+        for batch in itertools.islice(stream, 640):
+            expected.append(batch)
+            logged.append([r.message for r in caplog.records])
+            news_epoch.append(max(row[2] for row in stream.row_states()))
+    # One line, at the batch where the first row's share of news ran out (not when read ahead).
+    wrap = news_epoch.index(1)
+    assert logged[wrap - 1] == [] and len(logged[wrap]) == len(logged[-1]) == 1
+    assert logged[wrap][0].startswith("mix: corpus news ran out in row ")
     stream = open_stream()
-    k = 600  # past the step where the first row's share of news ran out
+    k = 600  # past that batch
     list(itertools.islice(stream, k))
     state = stream.state_dict()
-    assert max(row[2] for row in state["rows"]) == 1  # some row's news share is in epoch 1
+    assert wrap < k and max(row[2] for row in state["rows"]) == 1
     resumed = open_stream()
     resumed.load_state_dict(state)
-    for (x, y), (ex, ey) in zip(itertools.islice(resumed, 40), expected[k:], strict=True):
-        assert torch.equal(x, ex) and torch.equal(y, ey)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="data_pipeline.mixing"):
+        for (x, y), (ex, ey) in zip(itertools.islice(resumed, 40), expected[k:], strict=True):
+            assert torch.equal(x, ex) and torch.equal(y, ey)
+    assert caplog.records == []  # the epoch it resumed in was announced before
 
 
 @pytest.mark.parametrize("saved_world,resumed_world", [(2, 1), (1, 4)])
@@ -174,6 +184,29 @@ def test_world_sizes_with_the_same_global_rows_give_the_same_batches(
     for step, (ex, ey) in enumerate(expected[k:]):
         assert torch.equal(torch.cat([b[step][0] for b in resumed_batches]), ex)
         assert torch.equal(torch.cat([b[step][1] for b in resumed_batches]), ey)
+
+
+@pytest.mark.slow
+def test_two_ranks_gather_the_state_and_tokens_of_one_process(corpora, tmp_path):
+    mix = sources(corpora, {"wiki": 0.6, "news": 0.4})
+    script = (
+        "import itertools, sys, torch, torch.distributed as dist\n"
+        "from data_pipeline.mixing import MixedStreams, MixSource, Reading\n"
+        "rank = int(sys.argv[1])\n"
+        f"dist.init_process_group('gloo', init_method='file://{tmp_path}/store', rank=rank, "
+        "world_size=2)\n"
+        f"s = MixedStreams({mix!r}, 2, 30, rank=rank, world_size=2, seed=5)\n"
+        "inputs = [x for x, _ in itertools.islice(s, 25)]\n"
+        "out = dict(inputs=inputs, state=s.state_dict(), mix=s.mix_tokens())\n"
+        f"torch.save(out, f'{tmp_path}/rank{{rank}}.pt')\n"
+    )
+    python_ranks(script, 2, timeout=120)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    single = MixedStreams(mix, 4, 30, seed=5)
+    for step, (x, _) in enumerate(itertools.islice(single, 25)):
+        assert torch.equal(torch.cat([ranks[0]["inputs"][step], ranks[1]["inputs"][step]]), x)
+    assert ranks[0]["state"] == ranks[1]["state"] == single.state_dict()
+    assert ranks[0]["mix"] == ranks[1]["mix"] == single.mix_tokens()
 
 
 def test_corpora_with_different_tokenizers_are_refused_by_name(corpora):
