@@ -337,7 +337,8 @@ class MixedStreams(BatchStream):
         """Resume at ``state``'s position (seed and order come from the state)."""
         if state.get("kind") != STATE_KIND:
             raise ValueError(
-                "stream state is not a mixed stream's; data.mix needs a run from data.mix"
+                "stream state is of one corpus (data.path), this stream mixes corpora "
+                "(data.mix); resume a run with the data it was trained on"
             )
         for key in ("global_rows", "tgt_len", "corpora"):
             mine = self.names if key == "corpora" else getattr(self, key)

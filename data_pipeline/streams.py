@@ -471,6 +471,11 @@ class TokenStreams(BatchStream):
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at ``state``'s position (seed and order come from the state)."""
+        if "kind" in state:  # only a MixedStreams state has one
+            raise ValueError(
+                f"stream state is of a {state['kind']} of corpora (data.mix), this stream reads "
+                "one corpus (data.path); resume a run with the data it was trained on"
+            )
         for key in ("global_rows", "tgt_len"):
             if state[key] != getattr(self.geometry, key):
                 raise ValueError(

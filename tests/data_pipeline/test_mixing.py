@@ -13,7 +13,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from data_pipeline import VocabMismatchError, manifest_url, prepare
+from data_pipeline import TokenStreams, VocabMismatchError, manifest_url, prepare
 from data_pipeline.mixing import MixedStreams, MixSource, Reading
 from tests.data_pipeline.corpora.test_records import write_jsonl
 from tests.processes import python_ranks
@@ -184,6 +184,15 @@ def test_world_sizes_with_the_same_global_rows_give_the_same_batches(
     for step, (ex, ey) in enumerate(expected[k:]):
         assert torch.equal(torch.cat([b[step][0] for b in resumed_batches]), ex)
         assert torch.equal(torch.cat([b[step][1] for b in resumed_batches]), ey)
+
+
+def test_a_mixed_state_and_a_single_corpus_state_do_not_load_into_each_other(corpora):
+    mixed = MixedStreams(sources(corpora, {"wiki": 1, "news": 1}), 4, 40)
+    single = TokenStreams(manifest_url(str(corpora["wiki"][0]), "train"), 4, 40)
+    with pytest.raises(ValueError, match=r"^stream state is of one corpus \(data\.path\), this"):
+        mixed.load_state_dict(single.state_dict())
+    with pytest.raises(ValueError, match=r"^stream state is of a mix of corpora \(data\.mix\)"):
+        single.load_state_dict(mixed.state_dict())
 
 
 @pytest.mark.slow
