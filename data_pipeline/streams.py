@@ -206,7 +206,7 @@ class SampleReader:
         fetched = self.fetch(missing)
         cache = {i: self.cache[i] for i in needed if i in self.cache}
         for i, (tokens, lengths) in fetched.items():
-            cache[i] = shuffle_documents(tokens, lengths, order, i, self.table.cut_ends(i))
+            cache[i], _ = shuffle_documents(tokens, lengths, order, i, self.table.cut_ends(i))
         self.cache = cache
         return cache
 
@@ -275,12 +275,13 @@ def shuffle_documents(
     order: EpochOrder,
     sample: int,
     cut_ends: tuple[bool, bool],
-) -> np.ndarray:
-    """A sample's tokens with its documents permuted for this epoch (as is for corpus order);
-    pieces of cut documents (``cut_ends``: first, last) stay where they join their neighbours."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """A sample's tokens and document lengths with its documents permuted for this epoch (as is
+    for corpus order); pieces of cut documents (``cut_ends``: first, last) stay where they join
+    their neighbours."""
     lo, hi = int(cut_ends[0]), len(lengths) - int(cut_ends[1])
     if order.shuffle_seed is None or hi - lo < 2:
-        return tokens
+        return tokens, lengths
     rng = np.random.default_rng([order.shuffle_seed, order.epoch, sample])
     perm = np.arange(len(lengths))
     perm[lo:hi] = lo + rng.permutation(hi - lo)
@@ -289,7 +290,7 @@ def shuffle_documents(
     new_starts = np.concatenate([[0], np.cumsum(new_lengths[:-1])])
     # Position p of the result, in new document k, is starts[perm[k]] + (p - new_starts[k]).
     gather = np.repeat(starts[perm] - new_starts, new_lengths) + np.arange(len(tokens))
-    return tokens[gather]
+    return tokens[gather], new_lengths
 
 
 @dataclass
@@ -362,7 +363,51 @@ def _stop_prefetchers() -> None:
         prefetcher.close()
 
 
-class TokenStreams:
+def check_layout(order: str, rank: int, world_size: int, rows_per_rank: int, tgt_len: int):
+    """Raise ValueError unless the order is known and the rank and row layout make sense."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+    if not 0 <= rank < world_size or rows_per_rank < 1 or tgt_len < 1:
+        raise ValueError(
+            f"need 0 <= rank < world_size, rows_per_rank >= 1, tgt_len >= 1; got rank={rank}, "
+            f"world_size={world_size}, rows_per_rank={rows_per_rank}, tgt_len={tgt_len}"
+        )
+
+
+class BatchStream:
+    """What the streams share: batches a Prefetcher (``self.active``, None when idle) reads
+    ahead, from data whose vocabulary ``self.manifest`` describes."""
+
+    active: Prefetcher | None = None
+    manifest: Manifest
+
+    @property
+    def vocab_size(self) -> int:
+        """Vocabulary size the token ids refer to."""
+        return self.manifest.vocab_size
+
+    def mix_tokens(self) -> dict[str, int] | None:
+        """Tokens drawn so far from each corpus of a mix (None: one corpus, no mix)."""
+        return None
+
+    def close(self) -> None:
+        """Stop background reading (iteration restarts from the saved position)."""
+        if self.active is not None:
+            self.active.close()
+            self.active = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "active", None) is not None:
+            self.close()
+
+
+class TokenStreams(BatchStream):
     """Batches ``(input_ids, targets)``, int64 ``[rows_per_rank, tgt_len]``, for one rank."""
 
     def __init__(
@@ -383,13 +428,7 @@ class TokenStreams:
         prefetch: int = 2,
         block_tokens: int = 1 << 22,
     ):
-        if order not in ORDERS:
-            raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
-        if not 0 <= rank < world_size or rows_per_rank < 1 or tgt_len < 1:
-            raise ValueError(
-                f"need 0 <= rank < world_size, rows_per_rank >= 1, tgt_len >= 1; got rank={rank}, "
-                f"world_size={world_size}, rows_per_rank={rows_per_rank}, tgt_len={tgt_len}"
-            )
+        check_layout(order, rank, world_size, rows_per_rank, tgt_len)
         self.url, self.rank, self.rows = manifest_url, rank, rows_per_rank
         self.seed, self.order, self.tail, self.epochs = seed, order, tail, epochs
         self.prefetch, self.retry = prefetch, retry
@@ -409,17 +448,11 @@ class TokenStreams:
         self.steps_per_block = max(1, block_tokens // (rows_per_rank * tgt_len))
         self.next_epoch, self.next_step = 0, 0
         self.epoch, self.step, self.new_epoch = 0, -1, False
-        self.active: Prefetcher | None = None
 
     @property
     def steps_per_epoch(self) -> int:
         """Batches per epoch (the same on every rank)."""
         return self.geometry.steps
-
-    @property
-    def vocab_size(self) -> int:
-        """Vocabulary size the token ids refer to."""
-        return self.manifest.vocab_size
 
     def check_vocab(self, n_token: int) -> None:
         check_vocab(self.manifest, self.url, n_token)
@@ -438,6 +471,11 @@ class TokenStreams:
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at ``state``'s position (seed and order come from the state)."""
+        if "kind" in state:  # only a MixedStreams state has one
+            raise ValueError(
+                f"stream state is of a {state['kind']} of corpora (data.mix), this stream reads "
+                "one corpus (data.path); resume a run with the data it was trained on"
+            )
         for key in ("global_rows", "tgt_len"):
             if state[key] != getattr(self.geometry, key):
                 raise ValueError(
@@ -459,22 +497,6 @@ class TokenStreams:
             self.next_epoch, self.next_step = 0, 0
         self.active = Prefetcher(self.blocks(self.next_epoch, self.next_step), self.prefetch)
         return self.batches(self.active)
-
-    def close(self) -> None:
-        """Stop background reading (iteration restarts from the saved position)."""
-        if self.active is not None:
-            self.active.close()
-            self.active = None
-
-    def __enter__(self) -> TokenStreams:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "active", None) is not None:
-            self.close()
 
     def last_epoch(self) -> int | None:
         """Epoch after which iteration stops (None: never)."""

@@ -28,11 +28,25 @@ WANDB_MODES = ("auto", "online", "offline", "disabled")
 
 
 @dataclasses.dataclass
-class DataConfig:
-    """Where the prepared dataset is and how its documents are ordered."""
+class MixCorpus:
+    """One corpus of a weighted mix (data.mix)."""
 
+    name: str
+    """Short name: the key of mix_tokens and the corpus field of its evaluation rows."""
     path: str
+    """Root URL of its dataset prepared by txl-prepare."""
+    weight: float
+    """Share of the training tokens, relative to the other corpora's weights."""
+
+
+@dataclasses.dataclass
+class DataConfig:
+    """Where the prepared dataset is (or the weighted corpora) and how documents are ordered."""
+
+    path: str | None = None
     """Root URL of a dataset prepared by txl-prepare (any fsspec URL or local path)."""
+    mix: list[MixCorpus] | None = None
+    """Instead of path: corpora mixed by weight, every row still one stream (docs/own-corpora)."""
     dataset: str = "wikitext-103"
     """Name of the corpus, recorded with checkpoints and exports."""
     order: str = "corpus"
@@ -51,6 +65,7 @@ class DataConfig:
     """Seconds a remote connect or read may stall before that try counts as failed."""
 
     def __post_init__(self) -> None:
+        self.check_sources()
         if self.order not in ORDERS:
             names = " or ".join(map(repr, ORDERS))
             raise ValueError(f"data.order must be {names}, got {self.order!r}")
@@ -59,6 +74,28 @@ class DataConfig:
                 f"data.read_attempts must be >= 1 and data.read_timeout_s > 0, got "
                 f"{self.read_attempts} and {self.read_timeout_s}"
             )
+
+    def check_sources(self) -> None:
+        """Exactly one of path and mix; a mix has unique names and positive weights."""
+        if self.path is None and self.mix is None:
+            raise ValueError("missing key data.path (or data.mix, a list of corpora to mix)")
+        if self.path is not None and self.mix is not None:
+            raise ValueError("data.path and data.mix are both set; keep one of them")
+        if self.mix is None:
+            return
+        if not self.mix:
+            raise ValueError("data.mix is empty; list at least one {name, path, weight}")
+        names = [c.name for c in self.mix]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"data.mix names must be unique, {', '.join(twice)} appears twice")
+        for i, corpus in enumerate(self.mix):
+            if not corpus.weight > 0:
+                raise ValueError(f"data.mix[{i}].weight must be > 0, got {corpus.weight}")
+
+    @property
+    def root(self) -> str:
+        """The dataset root, or the first mixed corpus's (mixed corpora share one vocabulary)."""
+        return self.path if self.mix is None else self.mix[0].path
 
     def retry(self) -> Retry:
         """How shard and manifest reads ride out a flaky store."""
@@ -312,6 +349,14 @@ def load_run_config(
     return run_config_from_dict(resolve_vocab_size(values))
 
 
+def _first_root(data: dict[str, Any]) -> str:
+    """data.path, or the first mixed corpus's path (mixed corpora share one vocabulary)."""
+    mix = data.get("mix")
+    if isinstance(mix, list) and mix and isinstance(mix[0], dict):
+        return str(mix[0].get("path"))
+    return str(data.get("path"))
+
+
 def resolve_vocab_size(values: dict[str, Any]) -> dict[str, Any]:
     """Replace `model.n_token: "auto"` with the vocabulary size in the train split's manifest."""
     model, data = values.get("model"), values.get("data")
@@ -320,7 +365,7 @@ def resolve_vocab_size(values: dict[str, Any]) -> dict[str, Any]:
     from data_pipeline.errors import DataError
     from data_pipeline.shards import load_manifest, manifest_url
 
-    url = manifest_url(str(data.get("path")), data.get("train_split", "train"))
+    url = manifest_url(_first_root(data), data.get("train_split", "train"))
     try:
         vocab_size = load_manifest(url, data.get("storage_options") or {}).vocab_size
     except DataError as err:

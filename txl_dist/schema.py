@@ -38,6 +38,9 @@ def section_from_dict(cls: type[T], values: dict[str, Any], section: str = "") -
         if dataclasses.is_dataclass(hints[key]):
             built[key] = section_from_dict(hints[key], value, name)
             continue
+        if (item := _dataclass_items(hints[key])) is not None and isinstance(value, list):
+            built[key] = [section_from_dict(item, v, f"{name}[{i}]") for i, v in enumerate(value)]
+            continue
         if not _matches(value, hints[key]):
             shown = redact({key: value})[key]  # never echo a secret
             raise ConfigError(
@@ -56,6 +59,15 @@ def section_from_dict(cls: type[T], values: dict[str, Any], section: str = "") -
         return cls(**built)
     except ValueError as err:
         raise ConfigError(str(err)) from err
+
+
+def _dataclass_items(hint: Any) -> type | None:
+    """The item class of a `list[SomeDataclass]` hint (optional or not), else None."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    for arm in typing.get_args(hint) if union else (hint,):
+        if typing.get_origin(arm) is list and dataclasses.is_dataclass(typing.get_args(arm)[0]):
+            return typing.get_args(arm)[0]
+    return None
 
 
 def _suggestion(key: str, section: str, fields: set[str]) -> str:

@@ -43,6 +43,19 @@ def test_reads_training_and_evaluation_series(tmp_path):
     assert metrics.scores["valid"].xy()[0] == [20, 40]
 
 
+def test_each_corpus_of_a_mix_is_a_series_beside_the_split(tmp_path):
+    rows = [
+        dict(step=4, split="valid", corpus=c, ppl=p) for c, p in (("wiki", 90.0), ("news", 60.0))
+    ]
+    rows.append(dict(step=4, split="valid", ppl=72.0))
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    scores = read_metrics(str(path)).scores
+    assert {name: s.points for name, s in scores.items()} == {
+        "valid wiki": {4: 90.0}, "valid news": {4: 60.0}, "valid": {4: 72.0},
+    }  # fmt: skip
+
+
 def test_writes_a_png_of_the_run(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     write_metrics(tmp_path)

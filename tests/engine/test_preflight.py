@@ -1,5 +1,6 @@
 """Checks before training: splits, vocabulary and out_dir, each one line naming the fix."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,19 @@ def data(shared_data, tmp_path_factory) -> Path:
     for split, lines in (("train", 40), ("valid", 20)):
         with open(shared_data / "wikitext-103" / f"wiki.{split}.tokens", encoding="utf-8") as f:
             (root / "src" / f"{split}.txt").write_text("".join(next(f) for _ in range(lines)))
+    args = ["--dataset", "text", "--source", str(root / "src"), "--out", str(root / "data")]
+    assert prepare_main([*args, "--no-progress"]) == 0
+    return root / "data"
+
+
+@pytest.fixture(scope="module")
+def other_data(data) -> Path:
+    """The same train text with its lines in reverse: a vocabulary of its own (another order)."""
+    root = data.parent / "other"
+    (root / "src").mkdir(parents=True)
+    for split in ("train", "valid"):
+        lines = (data.parent / "src" / f"{split}.txt").read_text().splitlines(keepends=True)
+        (root / "src" / f"{split}.txt").write_text("".join(reversed(lines)))
     args = ["--dataset", "text", "--source", str(root / "src"), "--out", str(root / "data")]
     assert prepare_main([*args, "--no-progress"]) == 0
     return root / "data"
@@ -67,3 +81,23 @@ def test_an_out_dir_without_room_for_one_checkpoint_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=needs):
         preflight.check_out_dir(str(tmp_path), 1024**5)
     preflight.check_out_dir(str(tmp_path), 1024)
+
+
+def test_a_mix_checks_every_corpus_and_refuses_two_vocabularies(data, other_data, tmp_path):
+    def mix(second: Path) -> str:
+        corpora = [{"name": "wiki", "path": str(data), "weight": 0.7}]
+        corpora.append({"name": "again", "path": str(second), "weight": 0.3})
+        return "data.mix=" + json.dumps(corpora)
+
+    same = config(data, tmp_path / "run", "data.test_split=null", "data.path=null", mix(data))
+    assert preflight.check_before_training(same) is None
+    other = config(
+        data, tmp_path / "run", "data.test_split=null", "data.path=null", mix(other_data)
+    )
+    with pytest.raises(
+        ConfigError, match=r"^data\.mix: corpora wiki and again have different vocab"
+    ):
+        preflight.check_before_training(other)
+    missing = config(data, tmp_path / "run", "data.path=null", mix(data))
+    with pytest.raises(ConfigError, match=r"^data\.test_split=test: manifest "):
+        preflight.check_before_training(missing)

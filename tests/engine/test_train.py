@@ -18,7 +18,7 @@ from tests.conftest import REPO_ROOT
 from txl_dist.config import load_run_config
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
 from txl_dist.engine.dist import World
-from txl_dist.engine.evaluate import EvalResult
+from txl_dist.engine.evaluate import EvalResult, token_weighted
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.profiling import OutOfDeviceMemoryError
@@ -77,7 +77,7 @@ class ListStreams:
         self.batches = [torch.full((ROWS, TGT_LEN), s) for s in range(steps)]
         self.new_epoch, self.epoch, self.vocab_size = False, 0, 10
         self.manifest = SimpleNamespace(vocab_sha256="ab" * 32, level="word")
-        self.position, self.closed = 0, False
+        self.position, self.closed, self.mixed = 0, False, False
 
     def __iter__(self):
         for batch in self.batches:
@@ -86,6 +86,11 @@ class ListStreams:
 
     def state_dict(self):
         return {"position": self.position}
+
+    def mix_tokens(self):
+        """None (one corpus), or for a mix the tokens of the batches drawn, split 3:1."""
+        tokens = self.position * ROWS * TGT_LEN
+        return None if not self.mixed else {"web": tokens * 3 // 4, "books": tokens // 4}
 
     def close(self):
         self.closed = True
@@ -117,7 +122,7 @@ class StopAt:
         pass
 
 
-def make_trainer(tmp_path, events, stop_at=None, start_step=0, **train):
+def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, **train):
     settings = [f"data.path={tmp_path}", f"train.out_dir={tmp_path}", "model.n_token=10"]
     settings += ["model.cutoffs=[]", "model.tie_projs=[false]", "logging.log_interval=2"]
     settings += [f"train.global_rows={ROWS}"]
@@ -130,7 +135,7 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, **train):
     def evaluate_split(split):
         events.append(f"eval:{split}@{engine.steps}")
         engine.phases.append(watchdog.current)
-        return EvalResult(loss=1.0, ppl=2.7, tokens=6, seconds=0.1)
+        return evaluation or EvalResult(loss=1.0, ppl=2.7, tokens=6, seconds=0.1)
 
     world, memory = World(rank=0, local_rank=0, world_size=1), MemoryBank(1)
     checkpoints = SavesAsEvents.for_run(engine, memory, config, world, ROWS, start_step or None)
@@ -286,3 +291,30 @@ def test_the_learning_rate_follows_the_step_count_through_skipped_updates(tmp_pa
     rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert trainer.scheduler.last_epoch == 6
     assert [r["lr"] for r in rows if "split" not in r] == [schedule(2), schedule(4), schedule(6)]
+
+
+def test_a_mix_logs_its_tokens_per_corpus_and_evaluates_each_corpus_and_their_mean(
+    tmp_path, caplog
+):
+    web, books = EvalResult(2.0, 7.39, 300, 1.0), EvalResult(4.0, 54.6, 100, 1.0)
+    trainer = make_trainer(
+        tmp_path,
+        [],
+        max_steps=4,
+        eval_interval=4,
+        evaluation=token_weighted(dict(web=web, books=books)),
+    )
+    trainer.streams.mixed = True
+    trainer.config.data.test_split = None
+    with caplog.at_level("INFO"):
+        trainer.run()
+    rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "split" not in r]
+    assert [r["mix_tokens"] for r in train] == [{"web": 9, "books": 3}, {"web": 18, "books": 6}]
+    evals = [(r.get("corpus"), r["loss"], r["tokens"]) for r in rows if "split" in r]
+    assert evals == [("web", 2.0, 300), ("books", 4.0, 100), (None, 2.5, 400)]  # mean by tokens
+    assert math.isclose([r for r in rows if "split" in r][-1]["ppl"], math.exp(2.5))
+    lines = caplog.messages
+    assert any("| mix web 18 books 6" in line for line in lines)
+    assert any(line.startswith("eval valid books step 4 | loss 4.0000") for line in lines)
+    assert trainer.metrics.evaluations["valid"]["loss"] == 2.5  # the summary shows the mean

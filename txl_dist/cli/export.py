@@ -206,10 +206,10 @@ def training_vocab(
 def _local_vocab_of(ckpt: Checkpoint) -> str:
     """The vocab.txt of the run's data.path, if that is a local file: a checkpoint may come from
     anyone, and txl-export fetches no URL it names."""
-    url = vocab_url(ckpt.config.data.path)
+    url = vocab_url(ckpt.config.data.root)
     if fsspec.core.split_protocol(url)[0] not in (None, "file", "local"):
         raise ExportError(
-            f"the checkpoint's data.path {redact_text(ckpt.config.data.path)} is remote and "
+            f"the checkpoint's data.path {redact_text(ckpt.config.data.root)} is remote and "
             "txl-export reads no URL a checkpoint names; pass its vocabulary with --vocab URL"
         )
     return url
@@ -267,7 +267,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
         for r in eval_records(ckpt)
     ] or ["- none recorded at this step"]
     weights = TORCH_FILE if format == "torch" else SAFETENSORS_FILE
-    data_path = redact_text(cfg.data.path)
+    data_path = redact_text(cfg.data.root)
     return "\n".join(
         [
             "# Transformer-XL exported by txl-export",

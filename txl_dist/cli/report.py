@@ -63,7 +63,8 @@ class RunMetrics:
     lr: Series = field(default_factory=Series)
     tokens_per_s: Series = field(default_factory=Series)
     scores: dict[str, Series] = field(default_factory=dict)
-    """Evaluation score per split: perplexity, or bits per character (char-level data)."""
+    """Evaluation score per split (and per corpus of a mix, as "valid wiki"): perplexity, or
+    bits per character (char-level data)."""
     score: str = "ppl"
     """Which score the evaluation rows hold: ppl or bpc."""
     run_id: str | None = None
@@ -92,7 +93,9 @@ def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
             metrics.restarts.append(step)
         if "split" in row:
             metrics.score, value = score_of(row)
-            metrics.scores.setdefault(row["split"], Series()).add(step, value)
+            # A mix's corpora each get their own line beside the split's (their mean).
+            name = " ".join(row[k] for k in ("split", "corpus") if k in row)
+            metrics.scores.setdefault(name, Series()).add(step, value)
         else:
             metrics.loss.add(step, row.get("loss"))
             metrics.lr.add(step, row.get("lr"))

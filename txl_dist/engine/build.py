@@ -13,6 +13,7 @@ import deepspeed
 import torch
 from deepspeed.accelerator import get_accelerator
 
+from data_pipeline.mixing import MixedStreams, MixSource, Reading
 from data_pipeline.redact import redact
 from data_pipeline.shards import manifest_url
 from data_pipeline.streams import TokenStreams
@@ -20,7 +21,7 @@ from txl_dist.config import RunConfig
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import Checkpointer, ResumePoint, RunState
 from txl_dist.engine.dist import World, init_distributed
-from txl_dist.engine.evaluate import EvalResult, evaluate
+from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.schedule import lr_multiplier
@@ -64,8 +65,7 @@ def _assemble_trainer(
         optimizer, lr_multiplier(config.optim, config.train.max_steps)
     )
     engine, scheduler = initialize_engine(model, optimizer, scheduler, ds_config)
-    train_split = config.data.train_split
-    streams = open_streams(config, world, train_split, tail=False, rows=plan.rows_per_rank)
+    streams = open_training_streams(config, world, rows=plan.rows_per_rank)
     memory = MemoryBank(plan.accumulation)
     state = RunState(run_id=uuid.uuid4().hex[:12])
     if point is not None:
@@ -184,12 +184,19 @@ def deepspeed_config(config: RunConfig, plan: RunPlan, load_universal: bool) -> 
 
 
 def open_streams(
-    config: RunConfig, world: World, split: str, tail: bool, rows: int, tgt_len: int | None = None
+    config: RunConfig,
+    world: World,
+    split: str,
+    tail: bool,
+    rows: int,
+    tgt_len: int | None = None,
+    root: str | None = None,
 ) -> TokenStreams:
-    """This rank's `rows` stream rows of `split` (tail=True: evaluation, every token once)."""
+    """This rank's `rows` stream rows of `split` of the dataset at `root` (data.path if None;
+    tail=True: evaluation, every token once)."""
     data = config.data
     return TokenStreams(
-        manifest_url(data.path, split),
+        manifest_url(root or data.path, split),
         rows_per_rank=rows,
         tgt_len=tgt_len or config.model.tgt_len,
         rank=world.rank,
@@ -200,6 +207,26 @@ def open_streams(
         expected_vocab_size=config.model.n_token,
         storage_options=data.storage_options,
         retry=data.retry(),
+    )
+
+
+def open_training_streams(
+    config: RunConfig, world: World, rows: int
+) -> TokenStreams | MixedStreams:
+    """This rank's training rows: of data.path, or of the corpora of data.mix by weight."""
+    data = config.data
+    if data.mix is None:
+        return open_streams(config, world, data.train_split, tail=False, rows=rows)
+    return MixedStreams(
+        [MixSource(c.name, manifest_url(c.path, data.train_split), c.weight) for c in data.mix],
+        rows_per_rank=rows,
+        tgt_len=config.model.tgt_len,
+        reading=Reading(storage_options=data.storage_options, retry=data.retry()),
+        rank=world.rank,
+        world_size=world.world_size,
+        seed=config.train.seed,
+        order=data.order,
+        expected_vocab_size=config.model.n_token,
     )
 
 
@@ -220,10 +247,19 @@ class SplitEvaluator:
         self.rows, self.watchdog = plan.eval_rows_per_rank, watchdog
 
     def __call__(self, split: str) -> EvalResult:
+        """The split's result; for data.mix, each corpus's split and their token-weighted mean."""
+        mix = self.config.data.mix
+        if mix is None:
+            return self.score(split, None)
+        return token_weighted({c.name: self.score(split, c.path) for c in mix})
+
+    def score(self, split: str, root: str | None) -> EvalResult:
+        """Evaluate `split` of the dataset at `root` (data.path if None)."""
         eval_cfg = self.config.model.for_eval()
         streams = open_streams(
-            self.config, self.world, split, tail=True, rows=self.rows, tgt_len=eval_cfg.tgt_len
-        )
+            self.config, self.world, split, tail=True, rows=self.rows, tgt_len=eval_cfg.tgt_len,
+            root=root,
+        )  # fmt: skip
         lengths = (eval_cfg.tgt_len, eval_cfg.mem_len, eval_cfg.clamp_len, eval_cfg.same_length)
         self.engine.eval()
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -27,6 +27,16 @@ class EvalResult:
     """Tokens scored (over all ranks)."""
     seconds: float
     """Wall-clock time of the evaluation."""
+    corpora: dict[str, EvalResult] = field(default_factory=dict)
+    """For a mix (data.mix), each corpus's result; this one is their token-weighted mean."""
+
+
+def token_weighted(results: dict[str, EvalResult]) -> EvalResult:
+    """The corpora's results together: loss averaged over all their tokens, times added."""
+    tokens = sum(r.tokens for r in results.values())
+    loss = sum(r.loss * r.tokens for r in results.values()) / tokens
+    seconds = sum(r.seconds for r in results.values())
+    return EvalResult(loss, safe_exp(loss), tokens, seconds, corpora=dict(results))
 
 
 @torch.no_grad()

@@ -204,7 +204,7 @@ class Metrics:
         if not self.enabled:
             return
         record = {k: v for k, v in record.items() if v is not None}
-        if "split" in record:
+        if "split" in record:  # a mix logs its corpora, then their mean: the mean stays
             self.evaluations[record["split"]] = record
         with open(self.path, "a") as f:
             f.write(json.dumps({**record, **self.run, "time": time.time()}) + "\n")
@@ -212,9 +212,12 @@ class Metrics:
             log.info(line)
         if self.wandb is not None:
             try:
-                prefix = f"{record['split']}/" if "split" in record else "train/"
                 self.wandb.log(
-                    {prefix + k: v for k, v in record.items() if k not in ("step", "split")},
+                    {
+                        wandb_prefix(record) + k: v
+                        for k, v in record.items()
+                        if k not in ("step", "split", "corpus")
+                    },
                     step=record["step"],
                 )
             except Exception as err:  # noqa: BLE001
@@ -226,6 +229,13 @@ class Metrics:
                 self.wandb.finish()
             except Exception as err:  # noqa: BLE001
                 self._wandb_failed(err)
+
+
+def wandb_prefix(record: dict[str, Any]) -> str:
+    """train/, SPLIT/, or SPLIT/CORPUS/ for one corpus of a mix."""
+    if "split" not in record:
+        return "train/"
+    return "".join(f"{record[k]}/" for k in ("split", "corpus") if k in record)
 
 
 def train_line(r: dict[str, Any]) -> str:
@@ -249,11 +259,14 @@ def train_line(r: dict[str, Any]) -> str:
     parts.append(f"mem {r['memory_gib']:.2f}GiB")
     if r.get("skipped_steps"):
         parts.append(f"skipped {r['skipped_steps']}")
+    if r.get("mix_tokens"):
+        parts.append("mix " + " ".join(f"{k} {v}" for k, v in r["mix_tokens"].items()))
     return " | ".join(parts)
 
 
 def eval_line(r: dict[str, Any]) -> str:
+    corpus = f" {r['corpus']}" if "corpus" in r else ""  # one corpus of a mix
     return (
-        f"eval {r['split']} step {r['step']} | loss {r['loss']:.4f} | {format_score(r)} | "
-        f"{r['tokens']} tokens | {r['tokens_per_s']:.0f} tok/s"
+        f"eval {r['split']}{corpus} step {r['step']} | loss {r['loss']:.4f} | "
+        f"{format_score(r)} | {r['tokens']} tokens | {r['tokens_per_s']:.0f} tok/s"
     )

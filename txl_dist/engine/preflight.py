@@ -12,6 +12,7 @@ import shutil
 import tempfile
 
 from data_pipeline.errors import DataError
+from data_pipeline.mixing import check_same_vocabulary
 from data_pipeline.shards import load_manifest, manifest_url
 from data_pipeline.streams import check_vocab
 from txl_dist.config import ConfigError, RunConfig
@@ -29,19 +30,27 @@ def check_before_training(config: RunConfig) -> None:
 
 
 def check_splits(config: RunConfig) -> None:
-    """Every configured split is prepared, readable and has the model's vocabulary."""
+    """Every configured split of every corpus is prepared, readable and has the model's
+    vocabulary; the corpora of a mix share one."""
     data = config.data
+    corpora = [(c.name, c.path) for c in data.mix] if data.mix else [("", data.path)]
     for key in ("train_split", "valid_split", "test_split"):
         split = getattr(data, key)
         if split is None:
             continue
-        url = manifest_url(data.path, split)
         skip = "" if key == "train_split" else f", or skip it with --set data.{key}=null"
+        manifests = []
+        for _, root in corpora:
+            url = manifest_url(root, split)
+            try:
+                manifests.append(load_manifest(url, data.storage_options, data.retry()))
+                check_vocab(manifests[-1], url, config.model.n_token)
+            except DataError as err:
+                raise ConfigError(f"data.{key}={split}: {err}{skip}") from err
         try:
-            manifest = load_manifest(url, data.storage_options, data.retry())
-            check_vocab(manifest, url, config.model.n_token)
+            check_same_vocabulary([name for name, _ in corpora], manifests)
         except DataError as err:
-            raise ConfigError(f"data.{key}={split}: {err}{skip}") from err
+            raise ConfigError(str(err)) from err
 
 
 def checkpoint_bytes(config: RunConfig) -> float:

@@ -241,6 +241,7 @@ class Trainer:
             memory_gib=memory_gib(self.device),
             skipped_steps=max(self.skipped_steps, self._overflow_skips()),
             epoch=self.streams.epoch,
+            mix_tokens=self.streams.mix_tokens(),  # a collective for a mix: every rank logs
             requeues=self.requeues,  # wandb shows at which steps the job was requeued
             slurm_job_id=_int_or_none(os.environ.get("SLURM_JOB_ID")),
         )
@@ -250,16 +251,23 @@ class Trainer:
         """Evaluate with the config's evaluation lengths (the training ones stay in place)."""
         with self.watchdog.phase("evaluation", self.step):
             result = self.evaluate_split(split)
-        record = dict(
+        for corpus, part in result.corpora.items():  # a mix: each corpus, then their mean
+            record = self._eval_record(split, part, corpus=corpus)
+            self.metrics.log(record, eval_line(record))
+        record = self._eval_record(split, result)
+        self.metrics.log(record, eval_line(record))
+        return result
+
+    def _eval_record(self, split: str, result: EvalResult, **extra) -> dict[str, Any]:
+        return dict(
             step=self.step,
             split=split,
+            **extra,
             loss=result.loss,
             **score(result.loss, self.streams.manifest.level),
             tokens=result.tokens,
             tokens_per_s=result.tokens / max(result.seconds, 1e-9),
         )
-        self.metrics.log(record, eval_line(record))
-        return result
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run is (RunState's fields): the trainer's part of a checkpoint."""

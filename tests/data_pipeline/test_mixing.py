@@ -1,0 +1,225 @@
+"""MixedStreams: two real corpora (WikiText-103 paragraphs, One Billion Word sentences) with one
+BPE tokenizer, mixed by weight: token shares, every row one stream of whole documents, resume,
+world sizes, one vocabulary."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tokenizers import Tokenizer
+
+from data_pipeline import TokenStreams, VocabMismatchError, manifest_url, prepare
+from data_pipeline.mixing import MixedStreams, MixSource, Reading
+from tests.data_pipeline.corpora.test_records import write_jsonl
+from tests.processes import python_ranks
+
+LAYOUT = {"sample_size": 5_000, "shard_size": 50_000, "progress": False}
+
+
+def paragraphs(path: Path) -> list[str]:
+    """The non-empty, non-heading lines of a WikiText file, each one document."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    return [line for line in lines if line.strip() and not line.startswith(" = ")]
+
+
+@pytest.fixture(scope="module")
+def corpora(shared_data, tmp_path_factory) -> dict[str, tuple[Path, list[str]]]:
+    """wiki (WikiText-103 paragraphs) with a byte-level BPE trained on it, news (One Billion Word
+    sentences) with that same tokenizer, and other (news again) with a tokenizer of its own;
+    each as (dataset root, train documents)."""
+    root = tmp_path_factory.mktemp("mix")
+    wiki = paragraphs(shared_data / "wikitext-103" / "wiki.train.tokens")
+    valid = paragraphs(shared_data / "wikitext-103" / "wiki.valid.tokens")[:200]
+    news = (
+        (shared_data / "one-billion-word" / "news.en.heldout-00000-of-00050.part1")
+        .read_text(encoding="utf-8")
+        .splitlines(keepends=True)
+    )
+    sources = {"wiki": (wiki, valid), "news": (news[:2400], news[2400:]), "other": (news, news)}
+    for name, (train, held_out) in sources.items():
+        write_jsonl(root / "src" / name / "train" / "docs.jsonl", train)
+        write_jsonl(root / "src" / name / "valid" / "docs.jsonl", held_out)
+    shared = f"file://{root / 'wiki' / 'tokenizer.json'}"
+    for name, tokenizer in (("wiki", "bpe:600"), ("news", shared), ("other", "bpe:300")):
+        prepare("jsonl", str(root / name), str(root / "src" / name), tokenizer=tokenizer, **LAYOUT)
+    return {name: (root / name, docs[0]) for name, docs in sources.items()}
+
+
+def sources(corpora, weights: dict[str, float], split: str = "train") -> list[MixSource]:
+    return [MixSource(n, manifest_url(str(corpora[n][0]), split), w) for n, w in weights.items()]
+
+
+class Reference:
+    """A corpus's tokens in corpus order and its document ends, by the tokenizers library."""
+
+    def __init__(self, root: Path, documents: list[str], global_rows: int):
+        library = Tokenizer.from_file(str(root / "tokenizer.json"))
+        ids = [library.encode(d, add_special_tokens=False).ids for d in documents]
+        self.tokens = np.array([i for doc in ids for i in doc], np.int64)
+        self.ends = np.cumsum([len(doc) for doc in ids])
+        self.share = len(self.tokens) // global_rows
+
+    def document(self, row: int, position: int) -> np.ndarray:
+        """The rest of the document at ``position`` of row ``row``'s share (cut at its end)."""
+        start = row * self.share + position
+        end = min(
+            self.ends[np.searchsorted(self.ends, start, side="right")],
+            start - position + self.share,
+        )
+        return self.tokens[start:end]
+
+
+def parse_row(stream: np.ndarray, row: int, refs: dict[str, Reference]) -> list[tuple[str, int]]:
+    """Split a row's token stream into whole documents, each the next one of some corpus's share
+    for this row (from its start, again after its end): their (corpus, tokens), in order, and
+    ("break", 0) where no corpus's next document continues the stream."""
+    position = dict.fromkeys(refs, 0)
+    documents, i = [], 0
+    while i < len(stream):
+        for name, ref in refs.items():
+            doc = ref.document(row, position[name])
+            n = min(len(doc), len(stream) - i)
+            if np.array_equal(stream[i : i + n], doc[:n]):
+                break
+        else:
+            return [*documents, ("break", 0)]
+        documents.append((name, n))
+        i, position[name] = i + n, (position[name] + n) % ref.share
+    return documents
+
+
+def rows_of(batches) -> np.ndarray:
+    """Each row's inputs over all batches, plus the last target: [rows, steps * tgt_len + 1]."""
+    inputs = torch.cat([x for x, _ in batches], dim=1)
+    return torch.cat([inputs, batches[-1][1][:, -1:]], dim=1).numpy()
+
+
+def test_a_mix_realizes_its_token_shares_with_every_row_one_stream(corpora):
+    rows, tgt_len, steps = 8, 150, 500
+    weights = {"wiki": 0.7, "news": 0.3}
+    stream = MixedStreams(
+        sources(corpora, weights), rows, tgt_len, seed=11, reading=Reading(block_tokens=20_000)
+    )
+    batches = list(itertools.islice(stream, steps))
+    assert all(x.shape == y.shape == (rows, tgt_len) for x, y in batches)
+    for (x, y), (next_x, _) in zip(batches, batches[1:]):
+        assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y[:, -1], next_x[:, 0])
+    refs = {n: Reference(corpora[n][0], corpora[n][1], rows) for n in weights}
+    total = dict.fromkeys(weights, 0)
+    for g, row in enumerate(rows_of(batches)):
+        documents = parse_row(row[:-1], g, refs)
+        assert ("break", 0) not in documents, f"row {g} is not one stream of whole documents"
+        # Document k's corpus is the draw of (seed, row, k), wherever the row stands.
+        drawn = [stream.names[stream.corpus_of(g, k)] for k in range(len(documents))]
+        assert [name for name, _ in documents] == drawn
+        assert sum(n for _, n in documents) == steps * tgt_len
+        for name, n in documents:
+            total[name] += n
+    assert stream.mix_tokens() == total
+    for name, weight in weights.items():
+        assert abs(total[name] / (rows * steps * tgt_len) - weight) < 0.02, total
+
+
+def test_resume_gives_the_same_next_batches_across_a_corpus_epoch(corpora, caplog):
+    weights = {"wiki": 0.2, "news": 0.8}
+
+    def open_stream():
+        return MixedStreams(sources(corpora, weights), 8, 50, seed=3, order="shuffle",
+                            reading=Reading(block_tokens=3_000))  # fmt: skip
+
+    stream, expected, logged, news_epoch = open_stream(), [], [], []
+    with caplog.at_level(logging.INFO, logger="data_pipeline.mixing"):
+        for batch in itertools.islice(stream, 640):
+            expected.append(batch)
+            logged.append([r.message for r in caplog.records])
+            news_epoch.append(max(row[2] for row in stream.row_states()))
+    # One line, at the batch where the first row's share of news ran out (not when read ahead).
+    wrap = news_epoch.index(1)
+    assert logged[wrap - 1] == [] and len(logged[wrap]) == len(logged[-1]) == 1
+    assert logged[wrap][0].startswith("mix: corpus news ran out in row ")
+    stream = open_stream()
+    k = 600  # past that batch
+    list(itertools.islice(stream, k))
+    state = stream.state_dict()
+    assert wrap < k and max(row[2] for row in state["rows"]) == 1
+    resumed = open_stream()
+    resumed.load_state_dict(state)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="data_pipeline.mixing"):
+        for (x, y), (ex, ey) in zip(itertools.islice(resumed, 40), expected[k:], strict=True):
+            assert torch.equal(x, ex) and torch.equal(y, ey)
+    assert caplog.records == []  # the epoch it resumed in was announced before
+
+
+@pytest.mark.parametrize("saved_world,resumed_world", [(2, 1), (1, 4)])
+def test_world_sizes_with_the_same_global_rows_give_the_same_batches(
+    corpora, saved_world, resumed_world
+):
+    global_rows, tgt_len, k = 4, 40, 60
+    mix = sources(corpora, {"wiki": 0.5, "news": 0.5})
+
+    def ranks(world: int) -> list[MixedStreams]:
+        per_rank = global_rows // world
+        reading = Reading(block_tokens=2_000)
+        return [
+            MixedStreams(mix, per_rank, tgt_len, rank=r, world_size=world, seed=7, reading=reading)
+            for r in range(world)
+        ]
+
+    expected = list(itertools.islice(ranks(1)[0], k + 20))
+    saved = ranks(saved_world)
+    saved_batches = [list(itertools.islice(s, k)) for s in saved]
+    for step in range(k):
+        assert torch.equal(torch.cat([b[step][0] for b in saved_batches]), expected[step][0])
+    state = saved[0].state_of([row for s in saved for row in s.row_states()])
+    resumed = ranks(resumed_world)
+    for stream in resumed:
+        stream.load_state_dict(state)
+    resumed_batches = [list(itertools.islice(s, 20)) for s in resumed]
+    for step, (ex, ey) in enumerate(expected[k:]):
+        assert torch.equal(torch.cat([b[step][0] for b in resumed_batches]), ex)
+        assert torch.equal(torch.cat([b[step][1] for b in resumed_batches]), ey)
+
+
+def test_a_mixed_state_and_a_single_corpus_state_do_not_load_into_each_other(corpora):
+    mixed = MixedStreams(sources(corpora, {"wiki": 1, "news": 1}), 4, 40)
+    single = TokenStreams(manifest_url(str(corpora["wiki"][0]), "train"), 4, 40)
+    with pytest.raises(ValueError, match=r"^stream state is of one corpus \(data\.path\), this"):
+        mixed.load_state_dict(single.state_dict())
+    with pytest.raises(ValueError, match=r"^stream state is of a mix of corpora \(data\.mix\)"):
+        single.load_state_dict(mixed.state_dict())
+
+
+@pytest.mark.slow
+def test_two_ranks_gather_the_state_and_tokens_of_one_process(corpora, tmp_path):
+    mix = sources(corpora, {"wiki": 0.6, "news": 0.4})
+    script = (
+        "import itertools, sys, torch, torch.distributed as dist\n"
+        "from data_pipeline.mixing import MixedStreams, MixSource, Reading\n"
+        "rank = int(sys.argv[1])\n"
+        f"dist.init_process_group('gloo', init_method='file://{tmp_path}/store', rank=rank, "
+        "world_size=2)\n"
+        f"s = MixedStreams({mix!r}, 2, 30, rank=rank, world_size=2, seed=5)\n"
+        "inputs = [x for x, _ in itertools.islice(s, 25)]\n"
+        "out = dict(inputs=inputs, state=s.state_dict(), mix=s.mix_tokens())\n"
+        f"torch.save(out, f'{tmp_path}/rank{{rank}}.pt')\n"
+    )
+    python_ranks(script, 2, timeout=120)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    single = MixedStreams(mix, 4, 30, seed=5)
+    for step, (x, _) in enumerate(itertools.islice(single, 25)):
+        assert torch.equal(torch.cat([ranks[0]["inputs"][step], ranks[1]["inputs"][step]]), x)
+    assert ranks[0]["state"] == ranks[1]["state"] == single.state_dict()
+    assert ranks[0]["mix"] == ranks[1]["mix"] == single.mix_tokens()
+
+
+def test_corpora_with_different_tokenizers_are_refused_by_name(corpora):
+    with pytest.raises(
+        VocabMismatchError, match=r"^data\.mix: corpora wiki and other have different vocab"
+    ):
+        MixedStreams(sources(corpora, {"wiki": 1, "news": 1, "other": 1}), 2, 10)
