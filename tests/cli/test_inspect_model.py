@@ -9,30 +9,23 @@ from tests import processes
 from tests.conftest import REPO_ROOT
 from txl_dist.cli.inspect_model import inspect_config
 
-
-def inspect(config: str, world_size: int = 4) -> dict:
-    out = processes.run(
-        [
-            sys.executable,
-            "-m",
-            "txl_dist.cli.inspect_model",
-            "--config",
-            str(REPO_ROOT / config),
-            "--world-size",
-            str(world_size),
-            "--json",
-        ],
-        timeout=300,
-        check=True,
-    ).stdout
-    return json.loads(out)
+PAPER_CONFIGS = ("configs/wt103_base.json", "configs/large.json")
 
 
-@pytest.mark.parametrize(
-    "config,millions", [("configs/wt103_base.json", 151.1), ("configs/large.json", 285.2)]
-)
-def test_parameter_count_matches_the_paper(config, millions):
-    report = inspect(config)
+@pytest.fixture(scope="module")
+def reports() -> dict[str, dict]:
+    """config -> txl-inspect's --json line for it at world size 4: one process for every config."""
+    args = [sys.executable, "-m", "txl_dist.cli.inspect_model", "--world-size", "4", "--json"]
+    args += ["--config", *(str(REPO_ROOT / config) for config in PAPER_CONFIGS)]
+    out = processes.run(args, timeout=300, check=True).stdout
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == len(PAPER_CONFIGS)
+    return dict(zip(PAPER_CONFIGS, lines))
+
+
+@pytest.mark.parametrize("config,millions", [(PAPER_CONFIGS[0], 151.1), (PAPER_CONFIGS[1], 285.2)])
+def test_parameter_count_matches_the_paper(reports, config, millions):
+    report = reports[config]
     assert report["parameters"] == pytest.approx(millions * 1e6, rel=0.003)
     assert (
         report["embedding_parameters"] + report["non_embedding_parameters"] == report["parameters"]
@@ -59,8 +52,8 @@ def test_char_level_configs_have_the_reference_architectures_parameter_count(con
     assert (report.parameters, report.embedding_parameters) == REFERENCE_PARAMETERS[config]
 
 
-def test_zero_memory_follows_the_zero_paper():
-    report = inspect("configs/large.json", world_size=4)
+def test_zero_memory_follows_the_zero_paper(reports):
+    report = reports["configs/large.json"]
     params, per_rank = report["parameters"], report["zero_bytes_per_rank"]
     assert per_rank["0"] == 16 * params
     assert per_rank["1"] == pytest.approx((4 + 12 / 4) * params)

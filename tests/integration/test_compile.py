@@ -8,7 +8,7 @@ from tests.conftest import REPO_ROOT
 from tests.integration.runs import eval_ppl, train, train_losses
 from txl_dist.config import ConfigError, load_run_config
 
-STEPS = 20
+STEPS = 6  # a recompile per step would show 4 or more
 # fp32 on one process (`python launch/pretrain.py`), so the two runs differ only by compile;
 # no dropout: inductor draws its masks from its own generator, so they differ from eager's.
 FP32 = [f"train.max_steps={STEPS}", "deepspeed.bf16.enabled=false", "model.dropout=0.0"]

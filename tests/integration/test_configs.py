@@ -3,9 +3,10 @@
 Each config file is used as shipped (architecture, context and evaluation lengths, optimizer,
 ZeRO-3) with 2 global rows, on real text whose vocabulary is padded to the config's
 n_token with its words spread over every adaptive-softmax cluster (tests/integration/
-real_size.py), or for enwik8 on enwik8-shaped bytes of real text. A run trains 3 optimizer
-steps, evaluates the valid split at the config's evaluation lengths, checkpoints, and is
-exported and loaded with `from_pretrained` in a fresh process that never imports DeepSpeed.
+real_size.py), or for enwik8 on enwik8-shaped bytes of real text. A run trains 2 optimizer
+steps (the second on the first's updated weights, with its memory), evaluates the valid split
+at the config's evaluation lengths, checkpoints, and is exported and loaded with
+`from_pretrained` in a fresh process that never imports DeepSpeed.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from txl_dist.cli.export import export
 from txl_dist.config import load_run_config
 from txl_dist.model.accounting import build_on_meta, count_parameters
 
-STEPS = 3
+STEPS = 2  # the first without memory; the second with it, on the first update's weights
 WT103_CUTOFFS = [20_000, 40_000, 200_000]  # the shipped configs' clusters
 LM1B_CUTOFFS = [60_000, 100_000, 640_000]
 
