@@ -159,7 +159,7 @@ def wrap_collectives(sections: Sections) -> None:
 
 def wrap_shared_memory_kernel(sections: Sections) -> None:
     """Once DeepSpeed has loaded it: the kernel that CPU ranks on one machine use for sums and
-    gathers (engine.shm_collectives), looked up at each call."""
+    gathers (process.shm_collectives), looked up at each call."""
     import torch
 
     if hasattr(torch.ops.deepspeed, "inference_all_reduce_"):

@@ -109,7 +109,7 @@ def built_trainer(argv: list[str]):
     from txl_dist.cli.pretrain import parse_args
     from txl_dist.config import load_run_config
     from txl_dist.engine.build import build_trainer
-    from txl_dist.engine.dist import world_from_env
+    from txl_dist.process.dist import world_from_env
 
     args = parse_args(argv)
     config = load_run_config(args.config, args.set)

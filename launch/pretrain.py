@@ -14,9 +14,9 @@ import os
 # step; 2 MB pages cut the faults tenfold and a 1-process step by about 7% on average (README).
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from txl_dist.engine.signals import catch_stop_signals  # noqa: E402
 from txl_dist.logs import configure_logging  # noqa: E402
-from txl_dist.restarts import guard_if_restarting  # noqa: E402
+from txl_dist.process.restarts import guard_if_restarting  # noqa: E402
+from txl_dist.process.signals import catch_stop_signals  # noqa: E402
 
 configure_logging()  # rank from the launcher's RANK: its start-up messages come before the group
 catch_stop_signals()  # before the engine's imports take seconds: a preemption warning may come

@@ -11,7 +11,7 @@ import pytest
 from tests import processes
 from tests.conftest import REPO_ROOT
 from txl_dist.cli.pretrain import _keep_traceback, _write_stop_file
-from txl_dist.engine.dist import World
+from txl_dist.process.dist import World
 
 
 def test_stop_file_is_private_and_names_the_job(tmp_path, monkeypatch):

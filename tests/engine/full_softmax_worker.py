@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from txl_dist.config import load_run_config
 from txl_dist.engine.build import build_model, build_optimizer, deepspeed_config
-from txl_dist.engine.dist import end_distributed, init_distributed, world_from_env
+from txl_dist.process.dist import end_distributed, init_distributed, world_from_env
 
 STEPS = 3
 

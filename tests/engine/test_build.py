@@ -63,7 +63,7 @@ FP32_ZERO0_STEPS = """
 import json, sys, torch, torch.distributed as dist
 from txl_dist.config import load_run_config
 from txl_dist.engine.build import build_model, build_optimizer, deepspeed_config, initialize_engine
-from txl_dist.engine.dist import World, end_distributed, init_distributed
+from txl_dist.process.dist import World, end_distributed, init_distributed
 
 COLLECTIVES = (
     "all_gather", "all_gather_coalesced", "all_gather_into_tensor", "all_gather_object",
@@ -78,7 +78,7 @@ def counted(name, call):
     return lambda *args, **kwargs: collectives.append(name) or call(*args, **kwargs)
 
 # Before the process group: DeepSpeed's backend keeps references to some of these. One rank
-# never takes the shared-memory kernel (engine.shm_collectives needs two).
+# never takes the shared-memory kernel (process.shm_collectives needs two).
 for module in (dist, dist.distributed_c10d):
     for name in COLLECTIVES:
         setattr(module, name, counted(name, getattr(module, name)))

@@ -17,15 +17,15 @@ import torch
 from tests.conftest import REPO_ROOT
 from txl_dist.config import load_run_config
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
-from txl_dist.engine.dist import World
 from txl_dist.engine.evaluate import EvalResult, token_weighted
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.profiling import OutOfDeviceMemoryError
 from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.train import NonFiniteLossError, Trainer
-from txl_dist.engine.watchdog import Watchdog
 from txl_dist.model.accounting import rank_memory_bytes
+from txl_dist.process.dist import World
+from txl_dist.process.watchdog import Watchdog
 
 CPU = torch.device("cpu")
 ROWS, TGT_LEN = 2, 3

@@ -10,7 +10,7 @@ import torch
 
 from txl_dist.config import load_run_config
 from txl_dist.engine.build import build_model, deepspeed_config
-from txl_dist.engine.dist import end_distributed, init_distributed, world_from_env
+from txl_dist.process.dist import end_distributed, init_distributed, world_from_env
 
 if __name__ == "__main__":
     args = [arg for arg in sys.argv[1:] if not arg.startswith("--local_rank")]  # the launcher's

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests import processes
 from tests.conftest import REPO_ROOT
-from txl_dist.restarts import GUARD_NOTE_ENV
+from txl_dist.process.restarts import GUARD_NOTE_ENV
 
 DEEPSPEED = str(Path(sys.executable).parent / "deepspeed")
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
@@ -121,7 +121,7 @@ def training_after(cmd: list[str], out: Path, steps: int):
 
 def rank_pid(out: Path, rank: int) -> int:
     """The training process of global rank `rank` of the run writing to out (under a launcher
-    that restarts, the guarded child, not its guard: txl_dist/restarts.py)."""
+    that restarts, the guarded child, not its guard: txl_dist/process/restarts.py)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

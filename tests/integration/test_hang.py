@@ -17,7 +17,7 @@ from tests.conftest import REPO_ROOT
 from tests.integration.pretrain_pausing import PAUSE_IN_SAVE_ENV
 from tests.integration.runs import PRETRAIN, PRETRAIN_PAUSING, command, training_after
 from txl_dist.engine import checkpoint
-from txl_dist.engine.watchdog import HANG_EXIT_CODE
+from txl_dist.process.watchdog import HANG_EXIT_CODE
 
 HANG_TIMEOUT_S = 8
 
@@ -32,7 +32,7 @@ def rank_process(launcher: int, rank: int) -> psutil.Process:
 
 # torchrun's agent holds the store, so the healthy rank reads who went silent. (Under DeepSpeed's
 # launcher rank 0 holds it; stopping rank 0 there, measured at 10.3 s, reads "rank 0 (store host)
-# not answering", as tests/engine/test_watchdog.py checks without a training run.)
+# not answering", as tests/process/test_watchdog.py checks without a training run.)
 @pytest.mark.parametrize(
     "launcher,stopped,named", [("torchrun", 1, "not answering: rank 1 (last heard ")]
 )

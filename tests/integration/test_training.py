@@ -37,7 +37,8 @@ from tests.integration.runs import (
     training_after,
 )
 from txl_dist.config import load_run_config
-from txl_dist.engine import checkpoint, preflight
+from txl_dist.engine import checkpoint
+from txl_dist.process import preflight
 
 # ---- ZeRO stages ----
 

@@ -41,7 +41,6 @@ from data_pipeline.text_batches import TextBatches
 from data_pipeline.vocab import EOS, Vocab
 from txl_dist.cli import USAGE_ERROR
 from txl_dist.context import RECL_THRESHOLD, write_csv
-from txl_dist.engine.dist import World, end_distributed, init_distributed, world_from_env
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.exported import (
     DTYPES,
@@ -52,6 +51,7 @@ from txl_dist.exported import (
 )
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
+from txl_dist.process.dist import World, end_distributed, init_distributed, world_from_env
 from txl_dist.scores import format_score, score
 from txl_dist.sweep import (
     SweepResult,

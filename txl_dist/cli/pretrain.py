@@ -22,14 +22,15 @@ import torch.distributed as dist
 from data_pipeline.redact import redact_text
 from txl_dist.cli import FAILED, USAGE_ERROR
 from txl_dist.config import ConfigError, RunConfig, load_run_config, naming_txl_set
-from txl_dist.engine import checkpoint, preflight, run_dir
+from txl_dist.engine import checkpoint, run_dir
 from txl_dist.engine.build import build_trainer
-from txl_dist.engine.dist import World, end_distributed, world_from_env
 from txl_dist.engine.summary import closing_summary
 from txl_dist.engine.train import Trainer
 from txl_dist.files import open_new
 from txl_dist.logs import configure_logging
-from txl_dist.restarts import restart_line, take_exit_notes, tell_guard
+from txl_dist.process import preflight
+from txl_dist.process.dist import World, end_distributed, world_from_env
+from txl_dist.process.restarts import restart_line, take_exit_notes, tell_guard
 
 log = logging.getLogger(__name__)
 

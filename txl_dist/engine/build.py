@@ -20,16 +20,16 @@ from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import Checkpointer, ResumePoint, RunState
-from txl_dist.engine.dist import World, init_distributed
 from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.schedule import lr_multiplier
-from txl_dist.engine.signals import StopRequest
 from txl_dist.engine.train import Trainer
-from txl_dist.engine.watchdog import Watchdog
 from txl_dist.model import TransformerXL
 from txl_dist.plan import DeepSpeedSection, RunPlan
+from txl_dist.process.dist import World, init_distributed
+from txl_dist.process.signals import StopRequest
+from txl_dist.process.watchdog import Watchdog
 
 
 def build_trainer(

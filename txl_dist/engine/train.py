@@ -23,7 +23,6 @@ import torch.distributed as dist
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
 from txl_dist.engine.checkpoint import Checkpointer, RunState
-from txl_dist.engine.dist import World
 from txl_dist.engine.evaluate import EvalResult
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import (
@@ -34,10 +33,11 @@ from txl_dist.engine.metrics import (
     train_line,
 )
 from txl_dist.engine.profiling import SnapshotOnOutOfMemory, StepProfiler
-from txl_dist.engine.signals import StopRequest
-from txl_dist.engine.watchdog import Watchdog
 from txl_dist.model.accounting import rank_memory_bytes
 from txl_dist.plan import RunPlan
+from txl_dist.process.dist import World
+from txl_dist.process.signals import StopRequest
+from txl_dist.process.watchdog import Watchdog
 from txl_dist.scores import score
 
 log = logging.getLogger(__name__)

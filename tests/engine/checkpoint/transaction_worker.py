@@ -25,8 +25,8 @@ from tests.conftest import REPO_ROOT
 from txl_dist.config import load_run_config
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState
-from txl_dist.engine.dist import World, init_distributed
 from txl_dist.engine.memory import MemoryBank
+from txl_dist.process.dist import World, init_distributed
 
 WIDTH = 1000  # a Linear(WIDTH, WIDTH): 1,001,000 parameters, 14 MB per checkpoint
 NEEDED = 16 * (WIDTH * WIDTH + WIDTH)  # preflight's estimate: 16 bytes per parameter

@@ -12,14 +12,14 @@ import torch.distributed as dist
 
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
-from txl_dist.engine import preflight
 from txl_dist.engine.checkpoint import snapshot_memory
 from txl_dist.engine.checkpoint.background import BackgroundSave
 from txl_dist.engine.checkpoint.retention import prune
 from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
 from txl_dist.engine.checkpoint.transaction import SaveTransaction
-from txl_dist.engine.dist import World
 from txl_dist.engine.memory import MemoryBank
+from txl_dist.process import preflight
+from txl_dist.process.dist import World
 
 log = logging.getLogger(__name__)
 

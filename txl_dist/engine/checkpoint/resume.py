@@ -37,9 +37,9 @@ from txl_dist.engine.checkpoint.state import (
     tags_in,
 )
 from txl_dist.engine.checkpoint.trusted import check_pickles, load_trusted
-from txl_dist.engine.dist import World
 from txl_dist.engine.memory import MemoryBank
-from txl_dist.restarts import restart_count
+from txl_dist.process.dist import World
+from txl_dist.process.restarts import restart_count
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from txl_dist.engine.checkpoint.state import (
     tag_for,
 )
 from txl_dist.engine.memory import MemoryBank
-from txl_dist.engine.preflight import DiskRoom
+from txl_dist.process.preflight import DiskRoom
 
 # DeepSpeed's ds_to_universal refuses checkpoints whose client state lacks this.
 UNIVERSAL_INFO = {"universal_checkpoint_info": {"universal_checkpoint_version": 0.2}}

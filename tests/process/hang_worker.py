@@ -1,6 +1,6 @@
 """Run by test_watchdog.py: one rank of a 2-process gloo group, a step (an all-reduce) per phase.
 
-python tests/engine/hang_worker.py RANK PORT OUT_DIR HANG_TIMEOUT_S
+python tests/process/hang_worker.py RANK PORT OUT_DIR HANG_TIMEOUT_S
 
 Rank 0 hosts the store, as under DeepSpeed's launcher (PORT 0: it picks one and prints it);
 "running" is printed after a few steps, then it steps until a test stops a rank.
@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 
 from txl_dist.config import TrainConfig
-from txl_dist.engine.watchdog import Watchdog
 from txl_dist.logs import configure_logging
+from txl_dist.process.watchdog import Watchdog
 
 if __name__ == "__main__":
     rank, port, out_dir, hang_timeout_s = sys.argv[1:]

@@ -10,8 +10,8 @@ import torch
 
 from tests import processes
 from tests.conftest import REPO_ROOT
-from txl_dist.engine import signals
-from txl_dist.engine.signals import StopRequest, catch_stop_signals
+from txl_dist.process import signals
+from txl_dist.process.signals import StopRequest, catch_stop_signals
 
 CPU = torch.device("cpu")
 
@@ -55,7 +55,7 @@ def test_no_stop_before_the_deadline():
 
 AGREEING_RANK = """
 import json, signal, sys, torch, torch.distributed as dist
-from txl_dist.engine.signals import StopRequest
+from txl_dist.process.signals import StopRequest
 rendezvous, case, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # A file rendezvous: no TCP port to pick, so none another process could take first.
 dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
@@ -89,7 +89,7 @@ def test_ctrl_c_stops_like_sigterm_and_a_later_second_one_exits_at_once():
     script = textwrap.dedent(
         """
         import signal, sys, time
-        from txl_dist.engine import signals
+        from txl_dist.process import signals
         from txl_dist.logs import configure_logging
         configure_logging()
         signals.catch_stop_signals()

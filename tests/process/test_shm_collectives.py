@@ -10,14 +10,14 @@ import pytest
 from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
-from txl_dist.engine.shm_collectives import KERNEL_NAME, kernel_needs_building
+from txl_dist.process.shm_collectives import KERNEL_NAME, kernel_needs_building
 
 pytestmark = pytest.mark.slow  # every test runs two ranks
 
 RANK = """
 import json, sys, torch, torch.distributed as dist
 import deepspeed.comm as ds
-from txl_dist.engine.dist import World, end_distributed, init_distributed
+from txl_dist.process.dist import World, end_distributed, init_distributed
 
 rank = int(sys.argv[1])
 init_distributed(World(rank, 2, rank))

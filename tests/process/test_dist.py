@@ -15,9 +15,8 @@ import pytest
 from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
-from txl_dist import restarts
-from txl_dist.engine import dist
-from txl_dist.engine.dist import say_if_building_the_kernel
+from txl_dist.process import dist, restarts
+from txl_dist.process.dist import say_if_building_the_kernel
 
 LISTENING = """
 sockets = set()
@@ -38,7 +37,7 @@ print("LISTENING", listening, flush=True)
 """
 SCRIPT = """
 import os, torch, torch.distributed as dist
-from txl_dist.engine.dist import World, init_distributed
+from txl_dist.process.dist import World, init_distributed
 init_distributed(World(0, 1, 0))
 t = torch.ones(1)
 dist.all_reduce(t)
@@ -66,7 +65,7 @@ def assert_loopback_only(output: str) -> None:
 
 SHM_RANK = """
 import os, sys, torch, torch.distributed as dist
-from txl_dist.engine.dist import World, init_distributed
+from txl_dist.process.dist import World, init_distributed
 rank = int(sys.argv[1])
 init_distributed(World(rank, 2, rank))
 t = torch.ones(1)
@@ -95,7 +94,7 @@ def test_a_first_run_says_before_the_kernel_build_and_later_runs_do_not(
     tmp_path, monkeypatch, caplog
 ):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # an empty cache: a first run
-    with caplog.at_level(logging.INFO, logger="txl_dist.engine.dist"):
+    with caplog.at_level(logging.INFO, logger="txl_dist.process.dist"):
         say_if_building_the_kernel()
         assert "building DeepSpeed's CPU shared-memory kernel" in caplog.text
         caplog.clear()

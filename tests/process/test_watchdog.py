@@ -16,7 +16,7 @@ import pytest
 from tests import processes
 from tests.conftest import REPO_ROOT
 from txl_dist.config import TrainConfig
-from txl_dist.engine.watchdog import HANG_EXIT_CODE, Watchdog
+from txl_dist.process.watchdog import HANG_EXIT_CODE, Watchdog
 
 
 def test_each_phase_kind_has_its_own_deadline():
@@ -49,7 +49,7 @@ def test_each_evaluation_batch_is_progress():
 
 ONE_PROCESS = """
 import sys, time
-from txl_dist.engine.watchdog import Watchdog
+from txl_dist.process.watchdog import Watchdog
 from txl_dist.logs import configure_logging
 
 configure_logging(True)
@@ -90,7 +90,7 @@ def test_the_thread_ends_a_stalled_process_and_only_then(tmp_path):
 @pytest.mark.slow  # two ranks
 @pytest.mark.parametrize("stopped", [1, 0], ids=["a rank", "the store host"])
 def test_a_stopped_rank_is_named_by_the_other_within_the_timeout(tmp_path, stopped):
-    worker = [sys.executable, str(REPO_ROOT / "tests" / "engine" / "hang_worker.py")]
+    worker = [sys.executable, str(REPO_ROOT / "tests" / "process" / "hang_worker.py")]
     pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
     with processes.process_group([*worker, "0", "0", str(tmp_path), "2"], **pipes) as rank0:
         port = rank0.stdout.readline().split()[1]

@@ -1,5 +1,6 @@
-"""The guard of a rank under a launcher that restarts (txl_dist/restarts.py), with real processes:
-a rank killed by a signal leaves a note, and the next start's rank 0 turns it into its line."""
+"""The guard of a rank under a launcher that restarts (txl_dist/process/restarts.py), with real
+processes: a rank killed by a signal leaves a note, and the next start's rank 0 turns it into
+its line."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import pytest
 
 from tests import processes
 from tests.conftest import REPO_ROOT
-from txl_dist import restarts
+from txl_dist.process import restarts
 
 # A "rank" under the guard: it tells the guard its run directory, then dies of `signal`.
 RANK = """
 import os, signal, sys
-from txl_dist import restarts
+from txl_dist.process import restarts
 restarts.guard_if_restarting()
 restarts.tell_guard(sys.argv[1])
 print(os.getpid(), os.getppid(), flush=True)

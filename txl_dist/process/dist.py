@@ -19,13 +19,13 @@ from datetime import timedelta
 
 import torch
 
-from txl_dist.engine.shm_collectives import (
+from txl_dist.process.restarts import launcher_pid, restart_count
+from txl_dist.process.shm_collectives import (
     buffer_path,
     is_ours,
     kernel_needs_building,
     route_through_shared_memory,
 )
-from txl_dist.restarts import launcher_pid, restart_count
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 from txl_dist.files import open_new
-from txl_dist.restarts import HANG_EXIT_CODE
+from txl_dist.process.restarts import HANG_EXIT_CODE
 
 log = logging.getLogger(__name__)
 

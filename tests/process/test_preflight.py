@@ -8,7 +8,7 @@ import pytest
 from data_pipeline.cli import main as prepare_main
 from tests.conftest import REPO_ROOT
 from txl_dist.config import ConfigError, load_run_config
-from txl_dist.engine import preflight
+from txl_dist.process import preflight
 
 
 @pytest.fixture(scope="module")
