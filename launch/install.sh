@@ -45,4 +45,8 @@ else
   "${PIP[@]}" --no-deps --no-build-isolation -e .
   "$VENV/bin/python" -m pip check
 fi
+# DeepSpeed's CPU shared-memory kernel, built now (about a minute, once) rather than in silence
+# by the first CPU run; nothing to build on a GPU machine. A failure here only defers it.
+"$VENV/bin/python" -c "from txl_dist.process.dist import prebuild_cpu_kernel as b; b(print)" \
+  2>/dev/null || echo "install.sh: the kernel was not built; the first CPU run builds it" >&2
 echo "installed into $VENV: $("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)')"

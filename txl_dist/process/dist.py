@@ -14,6 +14,7 @@ import stat
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -136,16 +137,7 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
             init_method=f"file://{_job_store()}", rank=world.rank, world_size=world.world_size
         )
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    # DeepSpeed JIT-builds its CPU communication op with the first `ninja` on PATH. The one pip
-    # installs beside DeepSpeed and a system one record builds differently, so runs from an
-    # activated shell and from a plain one (quickstart.sh) rebuilt it in turn, minutes each.
-    os.environ["PATH"] = os.pathsep.join(
-        [sysconfig.get_path("scripts"), os.environ.get("PATH", os.defpath)]
-    )
-    # It builds into a cache every environment of the user shares (~/.cache/torch_extensions):
-    # checkouts with their own venv rebuilt it in turn and waited on each other's build lock.
-    # One cache per environment; ranks started over ssh (no inherited variables) agree on it.
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
+    build_with_this_environment()
     accelerator = get_accelerator()
     if accelerator.device_name() != "cpu":
         # Before the first allocation: evaluation's many key lengths fragment the fixed-size
@@ -168,14 +160,46 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
     return torch.device(accelerator.device_name(world.local_rank))
 
 
+KERNEL_NOTICE = (
+    "building DeepSpeed's CPU shared-memory kernel for this environment: about a minute, once"
+)
+
+
+def build_with_this_environment() -> None:
+    """Point DeepSpeed's JIT builds at this environment's tools and cache."""
+    # DeepSpeed JIT-builds its CPU communication op with the first `ninja` on PATH. The one pip
+    # installs beside DeepSpeed and a system one record builds differently, so runs from an
+    # activated shell and from a plain one (quickstart.sh) rebuilt it in turn, minutes each.
+    os.environ["PATH"] = os.pathsep.join(
+        [sysconfig.get_path("scripts"), os.environ.get("PATH", os.defpath)]
+    )
+    # It builds into a cache every environment of the user shares (~/.cache/torch_extensions):
+    # checkouts with their own venv rebuilt it in turn and waited on each other's build lock.
+    # One cache per environment; ranks started over ssh (no inherited variables) agree on it.
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
+
+
+def prebuild_cpu_kernel(say: Callable[[str], None] = log.info) -> bool:
+    """Build DeepSpeed's CPU shared-memory kernel now (launch/install.sh does), so that no first
+    run waits a silent minute for it; False where there is nothing to build (a GPU machine, a
+    DeepSpeed with the op prebuilt, a cache that has it)."""
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.comm.torch import build_shm_op
+
+    build_with_this_environment()
+    if get_accelerator().device_name() != "cpu" or not kernel_needs_building():
+        return False
+    say(KERNEL_NOTICE)
+    with contextlib.redirect_stdout(sys.stderr):  # its own "built successfully" line
+        build_shm_op()
+    return True
+
+
 def say_if_building_the_kernel() -> None:
     """The first CPU run in an environment waits while DeepSpeed builds its shared-memory kernel:
     say so before the silence, not after."""
     if kernel_needs_building():
-        log.info(
-            "building DeepSpeed's CPU shared-memory kernel for this environment: about a "
-            "minute, once"
-        )
+        log.info(KERNEL_NOTICE)
 
 
 def end_distributed(together: bool = True) -> None:

@@ -42,7 +42,7 @@ def kernel_needs_building() -> bool:
     DeepSpeed was installed without it prebuilt, and the extensions cache holds no build yet.
 
     DeepSpeed builds it in every CPU run, one process included, into TORCH_EXTENSIONS_DIR
-    (engine.dist points it into the environment) under the op's name.
+    (process.dist points it into the environment) under the op's name.
     """
     import deepspeed.ops
     from deepspeed.git_version_info import installed_ops
