@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 
 # NCCL's flight recorder keeps a process group's last collectives only if its buffer is sized
 # before the group starts; the engine (and so this module) is imported before that.
-os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
+# (TORCH_FR_BUFFER_SIZE; torch warns in every process at its older name, which a user may set.)
+if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
 
 SLOW_PHASES = ("start", "checkpoint save", "checkpoint load")
 MAX_BEAT_S = 5.0  # heartbeats at most this far apart: the store sees world_size / 5 writes a second
