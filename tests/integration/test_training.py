@@ -412,6 +412,12 @@ def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
     assert point.tag == f"global_step{2 * K}" and not point.passed_over
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="issue 30, a bug found 2026-11-26: on a loaded machine the paused step-2 save is "
+    "sometimes gone after the stop (3 of 4 runs beside 2 busy processes: only global_step4 and "
+    "global_step5 left, exit 0); the other assertions held in every run",
+)
 def test_sigterm_during_a_background_write_finishes_it_saves_and_exits_0(small_corpus, tmp_path):
     out, release = tmp_path / "signalled", tmp_path / "release"
     checkpoints = out / "checkpoints"
