@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from train_engine import REPO, built_trainer, launcher
+from train_engine import REPO, built_trainer, launcher, measure_or_launch
 
 WT103_BASE = REPO / "configs" / "wt103_base.json"
 VOCABULARY = 267_735  # wt103_base's model.n_token
@@ -189,9 +189,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if "--measure" in sys.argv:
-        measure_in_process(
-            [a for a in sys.argv[1:] if a != "--measure" and not a.startswith("--local_rank")]
-        )
-    else:
-        main()
+    measure_or_launch(main, measure_in_process)

@@ -153,10 +153,14 @@ def main() -> None:
         print(f"ZeRO-{stage}: {ranks} | {estimate[stage] / 2**20:7.2f}", flush=True)
 
 
-if __name__ == "__main__":
+def measure_or_launch(launch, measure) -> None:
+    """A benchmark's entry: started by the deepspeed launcher (--measure, its --local_rank
+    dropped) it measures in this process; started by hand, launch() starts the ranks."""
     if "--measure" in sys.argv:
-        measure_in_process(
-            [a for a in sys.argv[1:] if a != "--measure" and not a.startswith("--local_rank")]
-        )
+        measure([a for a in sys.argv[1:] if a != "--measure" and not a.startswith("--local_rank")])
     else:
-        main()
+        launch()
+
+
+if __name__ == "__main__":
+    measure_or_launch(main, measure_in_process)
