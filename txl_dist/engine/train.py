@@ -177,6 +177,7 @@ class Trainer:
             )
             loss = out.loss.float().mean()
             self.engine.backward(loss)
+            self.checkpoints.before_update()  # a background save may still read the weights
             self.engine.step()
             self.memory.set(slot, out.mems)
             slot_losses.append(loss.detach())

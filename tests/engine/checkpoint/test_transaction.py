@@ -121,8 +121,8 @@ def test_an_async_save_holds_the_files_a_sync_save_of_the_same_step_holds(saves)
     assert checkpoint.damage(str(background), _record(background).files) is None
     assert (dirs["async"] / checkpoint.LATEST).read_text() == "global_step1"
     # The snapshot is taken on the training thread; the rest ran in the background.
-    whole = ["prepare", "snapshot", "write", "list", "verify", "publish"]
-    failed = [["prepare", 3], ["snapshot", 3]]  # step 3's background write failed on rank 1
+    whole = ["prepare", "snapshot", "serialize", "write", "list", "verify", "publish"]
+    failed = [["prepare", 3], ["snapshot", 3], ["serialize", 3]]  # step 3's write failed on rank 1
     for result in results:
         assert result["async_phases"] == [*[[phase, 1] for phase in whole], *failed]
 

@@ -1,7 +1,8 @@
 """One of the 2 gloo ranks of test_transaction.py: real DeepSpeed saves (ZeRO-2, bf16), a
 killed save's leftovers, a write failing on this rank only, a full disk, and asynchronous saves
-(one of the same step as a synchronous one, one whose background write fails on this rank, one
-falling back to a synchronous save because rank 1's machine says it has no memory available).
+(one of the same step as a synchronous one, taken while the next step trains, one whose background
+write fails on this rank, one falling back to a synchronous save because rank 1's machine says
+it has no memory available).
 
 python -c "from tests.engine.checkpoint.transaction_worker import main; main(ROOT)" RANK
 prints `RESULT {json}`: what this rank's saves raised, whether the kept checkpoint reloads, the
@@ -16,6 +17,9 @@ import logging
 import resource
 import signal
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -24,7 +28,7 @@ import torch.distributed as dist
 from tests.conftest import REPO_ROOT
 from txl_dist.config import load_run_config
 from txl_dist.engine import checkpoint
-from txl_dist.engine.checkpoint import Checkpointer, CheckpointState
+from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, background
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.process.dist import World, init_distributed
 
@@ -61,6 +65,22 @@ def _engine():
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     return engine
+
+
+@contextmanager
+def slow_serialization(seconds: float = 1.0) -> Iterator[None]:
+    """Background serializations start `seconds` late while inside."""
+    serialized = background.serialized
+
+    def late(*args, **kwargs):
+        time.sleep(seconds)
+        return serialized(*args, **kwargs)
+
+    background.serialized = late
+    try:
+        yield
+    finally:
+        background.serialized = serialized
 
 
 def _logged_warnings() -> list[str]:
@@ -105,13 +125,18 @@ def main(root: str) -> None:
     for name, heard in phases.items():
         savers[name].after_phase = lambda phase, step, heard=heard: heard.append([phase, step])
 
+    def train_step(saver: Checkpointer) -> None:
+        """A training step as the Trainer's: the update waits for `saver`'s background save."""
+        loss = engine(torch.randn(1, WIDTH).bfloat16()).float().pow(2).mean()
+        engine.backward(loss)
+        saver.before_update()
+        engine.step()
+
     def save(where: str, step: int, train: bool = True) -> str | None:
         """Train a step (unless not `train`), then save it and wait for the save to complete;
         the error's message if the save failed."""
         if train:
-            loss = engine(torch.randn(1, WIDTH).bfloat16()).float().pow(2).mean()
-            engine.backward(loss)
-            engine.step()
+            train_step(savers[where])
         try:
             savers[where].write(dataclasses.replace(STATE, step=step))
             savers[where].wait()
@@ -121,8 +146,13 @@ def main(root: str) -> None:
 
     out = {}
     save("plain", 1)
-    save("async", 1, train=False)  # the same state, saved asynchronously
-    save("fallback", 1, train=False)  # and synchronously, for want of memory on rank 1
+    save("fallback", 1, train=False)  # the same state, synchronously for want of memory on rank 1
+    # and asynchronously, while the next step trains: its serialization is slowed, so the update
+    # comes before it unless before_update waits (the files would hold the next step's weights)
+    savers["async"].write(dataclasses.replace(STATE, step=1))
+    with slow_serialization():
+        train_step(savers["async"])
+    savers["async"].wait()
     if rank == 0:  # what a save of step 2 killed midway leaves
         leftover = dirs["plain"] / f"global_step2{checkpoint.PARTIAL}"
         leftover.mkdir()

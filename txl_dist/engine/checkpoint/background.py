@@ -1,12 +1,15 @@
-"""Asynchronous saves (train.async_save): a snapshot in host memory, written on a thread.
+"""Asynchronous saves (train.async_save): serialized on a thread while training goes on.
 
 At the step boundary DeepSpeed's save runs as usual (its collectives included), but through
-SerializingEngine, which serializes each state dict into bytes in host memory instead of writing
-it. A synchronous save writes through the same engine to its files, and both serialize through
-file objects, so both leave identical files. A thread then
-writes them and finishes the transaction (write, list, verify, publish), agreeing with the other
-ranks' threads over a process group of its own, so that its collectives never interleave with
-training's.
+SerializingEngine, which keeps each state dict it is given instead of writing it. Those dicts
+hold the live model and optimizer tensors, which nothing changes until the next optimizer update:
+a thread serializes them into host memory while the next step's forward and backward run, and
+the training thread waits for it only before that update (Checkpointer.before_update; the
+"lazy" snapshot of DataStates-LLM). The thread then writes the files and finishes the
+transaction (write, list, verify, publish), agreeing with the other ranks' threads over a
+process group of its own, so that its collectives never interleave with training's. A
+synchronous save writes through the same engine to its files, and both serialize through file
+objects, so both leave identical files.
 
 DeepSpeed's own asynchronous engines are not used: its decoupled and fast engines write
 through deepspeed.io's FastFileWriter (the async_io op, libaio, not built for the CPU
@@ -19,7 +22,7 @@ from __future__ import annotations
 import io
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,17 +31,23 @@ from deepspeed.runtime.checkpoint_engine import TorchCheckpointEngine
 
 
 class SerializingEngine(TorchCheckpointEngine):
-    """A DeepSpeed checkpoint engine that saves as `save_to` does, or into host memory."""
+    """A DeepSpeed checkpoint engine that saves as `save_to` does, or keeps the state dicts."""
 
-    def __init__(self, like: TorchCheckpointEngine, in_memory: bool):
+    def __init__(self, like: TorchCheckpointEngine, deferred: bool):
         self.__dict__.update(like.__dict__)  # the replaced engine's settings (serialization)
-        self.files: dict[str, bytes] | None = {} if in_memory else None  # by path, in memory
+        self.kept: dict[str, Any] | None = {} if deferred else None  # state dicts by path
 
     def save(self, state_dict: Any, path: str) -> None:
-        if self.files is None:
+        if self.kept is None:
             save_to(state_dict, path, self.zipfile_serialization)
         else:
-            self.files[path] = serialized(state_dict, self.zipfile_serialization)
+            self.kept[path] = state_dict
+
+    def serialized_files(self) -> dict[str, bytes]:
+        """The kept state dicts serialized, by path: the bytes `save_to` would have written."""
+        return {
+            path: serialized(value, self.zipfile_serialization) for path, value in self.kept.items()
+        }
 
 
 def save_to(value: Any, path: str, zipfile: bool = True) -> None:
@@ -57,10 +66,10 @@ def serialized(value: Any, zipfile: bool = True) -> bytes:
 
 
 @contextmanager
-def serializing(engine: Any, in_memory: bool) -> Iterator[SerializingEngine]:
+def serializing(engine: Any, deferred: bool) -> Iterator[SerializingEngine]:
     """DeepSpeed's saves by `engine` go through SerializingEngine while inside."""
     writer = engine.checkpoint_engine
-    serializer = SerializingEngine(writer, in_memory)
+    serializer = SerializingEngine(writer, deferred)
     engine.checkpoint_engine = serializer
     try:
         yield serializer
@@ -77,18 +86,23 @@ def write_files(files: dict[str, bytes]) -> None:
 
 
 class BackgroundSave:
-    """One save's background part on a thread; `wait` returns once it ended, raising its error."""
+    """One save's background part on a thread: `work(serialized)` sets the event once the
+    snapshot is serialized; `wait` returns once the work ended, raising its error."""
 
-    def __init__(self, work: Any):
+    def __init__(self, work: Callable[[threading.Event], Any]):
         self._error: BaseException | None = None
+        self.serialized = threading.Event()
+        """Set once the snapshot no longer reads the live tensors (or the work failed)."""
         self._thread = threading.Thread(target=self._run, args=(work,), name="checkpoint-save")
         self._thread.start()
 
-    def _run(self, work: Any) -> None:
+    def _run(self, work: Callable[[threading.Event], Any]) -> None:
         try:
-            work()
+            work(self.serialized)
         except BaseException as err:  # noqa: BLE001 - raised again on the training thread
             self._error = err
+        finally:
+            self.serialized.set()  # a failed work must not hold the training thread
 
     def wait(self) -> None:
         self._thread.join()

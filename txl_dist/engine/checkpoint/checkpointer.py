@@ -52,7 +52,8 @@ class Checkpointer:
     """Called with each save phase's name and step once every rank passed it (see
     transaction.py): a test injects it to stop or kill ranks inside a save."""
     async_save: bool = False
-    """Write saves in the background (train.async_save): the loop waits only for a snapshot."""
+    """Write saves in the background (train.async_save): the loop waits only for DeepSpeed's
+    state dicts to be taken, and for their serialization before the next optimizer update."""
     available_memory: Callable[[], int] = snapshot_memory.available_bytes
     """Bytes of host memory this machine has available for snapshots, asked before each
     asynchronous save (a test injects a small figure to see the synchronous fallback)."""
@@ -129,7 +130,9 @@ class Checkpointer:
             self._group = dist.new_group(backend="gloo")
         transaction.group = self._group
         transaction.take_snapshot()
-        self._background = BackgroundSave(lambda: self._published(transaction.complete(), state))
+        self._background = BackgroundSave(
+            lambda serialized: self._published(transaction.complete(serialized), state)
+        )
         return os.path.join(self.directory, transaction.tag)
 
     @property
@@ -158,6 +161,12 @@ class Checkpointer:
         if room.warning and self.world.is_main:
             log.warning(room.warning)
         return room.fits
+
+    def before_update(self) -> None:
+        """Return once the background save, if any, no longer reads the live model and
+        optimizer tensors: call before each optimizer update, which changes them."""
+        if self._background is not None:
+            self._background.serialized.wait()
 
     def wait(self) -> None:
         """Return once the background save, if any, is complete; raises its CheckpointSaveError

@@ -13,9 +13,11 @@ After each phase the ranks agree (an all-gather of every rank's outcome): if any
 every rank removes the partial directory and raises CheckpointSaveError, and `latest` still
 names the previous checkpoint. A kill at any moment leaves `latest` naming a complete one.
 
-An asynchronous save (background.py) divides them: `prepare` and `snapshot` (what `write`
-would write, serialized into host memory) on the training thread, then `write` (of the
-snapshot) to `publish` on a background thread, agreeing over a process group of its own.
+An asynchronous save (background.py) divides them: `prepare` and `snapshot` (DeepSpeed's state
+dicts of the live tensors, kept, and the memories serialized) on the training thread, then
+`serialize` (the kept state dicts into host memory, while the next step's forward and backward
+run), `write` (of the snapshot) to `publish` on a background thread, agreeing over a process
+group of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import dataclasses
 import errno
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +34,7 @@ from typing import Any
 import torch.distributed as dist
 
 from txl_dist.engine.checkpoint.background import (
+    SerializingEngine,
     save_to,
     serialized,
     serializing,
@@ -86,7 +90,9 @@ class SaveTransaction:
     """The process group the ranks agree over: None, the default one; a background save's
     own, so that its collectives never interleave with training's."""
     snapshot: dict[str, bytes] = dataclasses.field(default_factory=dict)
-    """This rank's files, by path, serialized by `take_snapshot` for `complete`."""
+    """This rank's files, by path, serialized for `complete` to write."""
+    kept: SerializingEngine | None = None
+    """DeepSpeed's state dicts kept by `take_snapshot`, serialized by `complete`."""
 
     @property
     def tag(self) -> str:
@@ -111,15 +117,21 @@ class SaveTransaction:
         return self._check_and_publish()
 
     def take_snapshot(self) -> None:
-        """The training thread's part of an asynchronous save: this rank's files, serialized
-        into host memory. Raises CheckpointSaveError on every rank if any rank fails."""
+        """The training thread's part of an asynchronous save: DeepSpeed's state dicts kept
+        (valid until the next optimizer update) and the memories serialized. Raises
+        CheckpointSaveError on every rank if any rank fails."""
         self._together("prepare", self._prepare)
         self._together("snapshot", self._snapshot)
 
-    def complete(self) -> str:
-        """The background part of an asynchronous save, after `take_snapshot`: write the
-        snapshot, then as `run`; returns the tag. Raises CheckpointSaveError on every rank if
-        any rank fails."""
+    def complete(self, serialized: threading.Event) -> str:
+        """The background part of an asynchronous save, after `take_snapshot`: serialize the
+        kept state dicts into host memory, set `serialized` (the next optimizer update may
+        run), write the snapshot, then as `run`; returns the tag. Raises CheckpointSaveError on
+        every rank if any rank fails."""
+        try:
+            self._together("serialize", self._serialize)
+        finally:
+            serialized.set()
         self._together("write", write_files, self.snapshot)
         self.snapshot = {}
         return self._check_and_publish()
@@ -144,16 +156,22 @@ class SaveTransaction:
 
     def _write(self) -> None:
         """This rank's DeepSpeed files and memories, into the partial directory."""
-        with serializing(self.engine, in_memory=False):
+        with serializing(self.engine, deferred=False):
             self._save_deepspeed()
         save_to(self._memories(), self._memories_path())
 
     def _snapshot(self) -> None:
-        """This rank's DeepSpeed files and memories, serialized into `snapshot`."""
-        with serializing(self.engine, in_memory=True) as deepspeed_files:
+        """DeepSpeed's state dicts kept; the memories (the next forward replaces them)
+        serialized into `snapshot`."""
+        with serializing(self.engine, deferred=True) as kept:
             self._save_deepspeed()
-        memories = {self._memories_path(): serialized(self._memories())}
-        self.snapshot = {**deepspeed_files.files, **memories}
+        self.kept = kept
+        self.snapshot = {self._memories_path(): serialized(self._memories())}
+
+    def _serialize(self) -> None:
+        """The kept state dicts serialized into `snapshot`, beside the memories."""
+        self.snapshot.update(self.kept.serialized_files())
+        self.kept = None
 
     def _save_deepspeed(self) -> None:
         """DeepSpeed's save of the model and optimizer into the partial directory."""
