@@ -3,7 +3,8 @@
 Its phases, each passed by every rank together:
 
     prepare  rank 0 clears what an earlier failed save of this step left
-    write    every rank writes its DeepSpeed files and memories into global_stepN.partial/
+    write    every rank writes its DeepSpeed files and memories into global_stepN.partial/,
+             rank 0 also the files of the whole run (the data's tokenizer.json)
     list     every rank lists the files there
     verify   every rank fsyncs its share of them and records their sizes and CRC-32s
     publish  rank 0 writes the record (txl.json), renames the directory to global_stepN and
@@ -85,6 +86,8 @@ class SaveTransaction:
     group: Any = None
     """The process group the ranks agree over: None, the default one; a background save's
     own, so that its collectives never interleave with training's."""
+    main_files: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    """Files rank 0 writes besides its states, by name in the checkpoint (tokenizer.json)."""
     snapshot: dict[str, bytes] = dataclasses.field(default_factory=dict)
     """This rank's files, by path, serialized by `take_snapshot` for `complete`."""
 
@@ -147,13 +150,14 @@ class SaveTransaction:
         with serializing(self.engine, in_memory=False):
             self._save_deepspeed()
         save_to(self._memories(), self._memories_path())
+        write_files(self._rank_files())
 
     def _snapshot(self) -> None:
         """This rank's DeepSpeed files and memories, serialized into `snapshot`."""
         with serializing(self.engine, in_memory=True) as deepspeed_files:
             self._save_deepspeed()
         memories = {self._memories_path(): serialized(self._memories())}
-        self.snapshot = {**deepspeed_files.files, **memories}
+        self.snapshot = {**deepspeed_files.files, **memories, **self._rank_files()}
 
     def _save_deepspeed(self) -> None:
         """DeepSpeed's save of the model and optimizer into the partial directory."""
@@ -176,6 +180,12 @@ class SaveTransaction:
             "memory": self.memory.rows_state(),
             "rng": rng_state(),
         }
+
+    def _rank_files(self) -> dict[str, bytes]:
+        """`main_files` by path in the partial directory on rank 0; nothing on the others."""
+        if dist.get_rank() != 0:
+            return {}
+        return {os.path.join(self.staging, name): data for name, data in self.main_files.items()}
 
     def _memories_path(self) -> str:
         return os.path.join(self.staging, f"memory_rank{dist.get_rank()}.pt")
