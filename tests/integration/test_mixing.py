@@ -115,17 +115,21 @@ def moved_away(root: Path):
         aside.rename(root)
 
 
-def stranger_copy(tag: Path, into: Path) -> Path:
-    """A copy of checkpoint `tag` whose tokenizer.json was altered and its record made to
-    match, as anyone could: sizes and CRC-32s prove no more than the record does."""
+def copy_with_tokenizer(tag: Path, into: Path, tokenizer: bytes | None) -> Path:
+    """A copy of checkpoint `tag` with another tokenizer.json (None: without one, as saved
+    before checkpoints carried it), its record made to match, as anyone could: sizes and
+    CRC-32s prove no more than the record does."""
     copy = into / tag.name
     shutil.copytree(tag, copy)
-    altered = (copy / TOKENIZER_FILE).read_bytes() + b"\n"
-    (copy / TOKENIZER_FILE).write_bytes(altered)
     record = json.loads((copy / CLIENT_FILE).read_text())
-    record["files"][TOKENIZER_FILE] = {
-        "bytes": len(altered), "crc32": f"{zlib.crc32(altered):08x}"
-    }  # fmt: skip
+    if tokenizer is None:
+        (copy / TOKENIZER_FILE).unlink()
+        del record["files"][TOKENIZER_FILE]
+    else:
+        (copy / TOKENIZER_FILE).write_bytes(tokenizer)
+        record["files"][TOKENIZER_FILE] = {
+            "bytes": len(tokenizer), "crc32": f"{zlib.crc32(tokenizer):08x}"
+        }  # fmt: skip
     (copy / CLIENT_FILE).write_text(json.dumps(record))
     return copy
 
@@ -186,8 +190,18 @@ def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_th
     assert generate.main(args) == 0
     assert capsys.readouterr().out == shown(prompt + drawn["text"]) + "\n"
 
+    # A checkpoint from before they carried the tokenizer: the data root's, else --vocab's.
+    old = copy_with_tokenizer(tag, tmp_path / "old", None)
+    export(str(old), str(tmp_path / "old-export"))
+    assert (tmp_path / "old-export" / TOKENIZER_FILE).read_bytes() == tokenizer_json
+    with moved_away(corpora):
+        with pytest.raises(ExportError, match="vocab.txt .*not found.*pass --vocab FILE"):
+            export(str(old), str(tmp_path / "refused"))
+        export(str(old), str(tmp_path / "old-vocab"), vocab_path=str(model_dir / TOKENIZER_FILE))
+    assert (tmp_path / "old-vocab" / TOKENIZER_FILE).read_bytes() == tokenizer_json
+
     # A checkpoint whose tokenizer is not the one it records is refused, in one line.
-    copy = stranger_copy(tag, tmp_path / "stranger")
+    copy = copy_with_tokenizer(tag, tmp_path / "stranger", tokenizer_json + b"\n")
     with pytest.raises(ExportError, match=f"{TOKENIZER_FILE} has sha256 .* vocab_sha256") as err:
         export(str(copy), str(tmp_path / "refused"))
     assert "\n" not in str(err.value)
