@@ -6,7 +6,8 @@
 
 A model trained on subword data (its export's tokenizer.json) reads the prompt with that
 tokenizer, as it is (no line start before it; an empty prompt is a line break), and prints the
-tokens through its decoder: byte-level BPE prints exactly the text whose ids were drawn.
+tokens through its decoder, a character once all its bytes are drawn: byte-level BPE prints
+exactly the text of the drawn ids (control characters as escapes, as for every model).
 Otherwise the prompt is split on whitespace and looked up in the model's vocab.txt (unknown
 words become the unknown token), after a line start (<eos>, or <S> for lm1b). A character-level
 model (enwik8, text8: the export's data.json) reads the prompt as txl-prepare reads its
