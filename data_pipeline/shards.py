@@ -417,12 +417,20 @@ def decode_sample(
     return tokens, lengths
 
 
+def root_tokenizer(root: str, storage_options: dict | None = None) -> Subword | None:
+    """The subword tokenizer a record dataset prepared at ``root`` keeps (None for a word or
+    character vocabulary)."""
+    fs, root_path = filesystem(root, storage_options)
+    if not fs.exists(f"{root_path}/{TOKENIZER_FILE}"):
+        return None
+    return Subword.load(f"{root.rstrip('/')}/{TOKENIZER_FILE}", storage_options)
+
+
 def verify(root: str, storage_options: dict | None = None) -> list[str]:
     """Re-check a prepared dataset end to end; returns what was checked, raises on a problem."""
     fs, root_path = filesystem(root, storage_options)
-    if fs.exists(f"{root_path}/{TOKENIZER_FILE}"):  # a record dataset's subword tokenizer
-        vocab = Subword.load(f"{root.rstrip('/')}/{TOKENIZER_FILE}", storage_options)
-    else:
+    vocab: Subword | Vocab | None = root_tokenizer(root, storage_options)
+    if vocab is None:
         vocab = Vocab.load(vocab_url(root), storage_options)
     splits = [s for s in ("train", "valid", "test") if fs.exists(f"{root_path}/{s}/manifest.json")]
     if not splits:

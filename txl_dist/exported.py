@@ -1,6 +1,6 @@
 """An exported model's directory as the command-line tools read it: dtypes and the vocabulary.
 
-The files themselves (config.json, weights, vocab.txt) are written and loaded by
+The files themselves (config.json, weights, vocab.txt or tokenizer.json) are written and loaded by
 TransformerXL.save_pretrained / from_pretrained; txl-export, txl-eval and txl-generate share
 what else they need of an export here rather than importing each other.
 """
@@ -12,6 +12,7 @@ import os
 
 import torch
 
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.vocab import Vocab
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
@@ -50,6 +51,18 @@ def export_vocab(model_dir: str) -> Vocab | None:
     """The export's vocabulary (vocab.txt), if it has one."""
     path = os.path.join(model_dir, VOCAB_FILE)
     return Vocab.load(path) if os.path.exists(path) else None
+
+
+def export_tokenizer(model_dir: str) -> Subword | None:
+    """The export's subword tokenizer (tokenizer.json), if its data had one."""
+    path = os.path.join(model_dir, TOKENIZER_FILE)
+    return Subword.load(path) if os.path.exists(path) else None
+
+
+def export_vocabulary(model_dir: str) -> Vocab | Subword | None:
+    """The export's tokenizer.json, else its vocab.txt; None if it has neither."""
+    tokenizer = export_tokenizer(model_dir)
+    return export_vocab(model_dir) if tokenizer is None else tokenizer
 
 
 def load_for_evaluation(

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import codecs
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from data_pipeline.corpora.datasets import DATASETS
+from data_pipeline.corpora.subword import Subword
 from data_pipeline.vocab import EOS, SENTENCE, Vocab
 from txl_dist.exported import export_data, export_level
 from txl_dist.model import TransformerXL
+
+INCOMPLETE = "\ufffd"
+"""What a decoder gives for the bytes of a character not all there yet (U+FFFD)."""
 
 
 @dataclass
@@ -118,6 +122,21 @@ class CharDetokenizer:
 
     def text(self, token: str) -> str:
         return self.decoder.decode(DATASETS[self.dataset].char_tokenizer.token_bytes(token))
+
+
+def subword_pieces(subword: Subword, ids: Iterable[int]) -> Iterator[str]:
+    """The text of subword `ids` as they come: what each one adds to the decoded text, held back
+    while that ends in an incomplete character (a byte-level token may carry part of one).
+    Joined, the pieces are subword.decode(ids)."""
+    seen: list[int] = []
+    done = ""
+    for token in ids:
+        seen.append(token)
+        text = subword.decode(seen)
+        if not text.endswith(INCOMPLETE):
+            yield text[len(done) :]
+            done = text
+    yield subword.decode(seen)[len(done) :]
 
 
 def shown(text: str) -> str:

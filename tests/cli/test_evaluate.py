@@ -14,12 +14,14 @@ import torch
 
 from data_pipeline import load_manifest, manifest_url, prepare
 from data_pipeline.cli import main as prepare_main
+from data_pipeline.corpora.subword import Subword
+from data_pipeline.errors import DataError
 from data_pipeline.streams import IGNORE_INDEX
 from data_pipeline.text_batches import TextBatches
 from data_pipeline.vocab import EOS, Vocab
 from tests.data_pipeline.paper_inputs import write_zip
 from txl_dist.cli import USAGE_ERROR
-from txl_dist.cli.evaluate import EvalReport, main, render, text_ids
+from txl_dist.cli.evaluate import EvalReport, check_data_vocab, main, render, text_ids
 from txl_dist.context import SweepRow, effective_context, read_csv, recl
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.attention import sinusoid_encoding
@@ -146,6 +148,10 @@ def test_bad_inputs_are_clear_errors(capsys, corpus, model_dir, tmp_path):
     data = ["--data", str(corpus / "data"), "--split", "valid"]
     assert main(["--model", str(tmp_path / "other_vocab"), *data]) == USAGE_ERROR
     assert "another vocabulary" in capsys.readouterr().err
+
+    subword = Subword.train_bpe(300, iter(["the cat sat on the mat\n"] * 20))
+    with pytest.raises(DataError, match="another vocabulary .* tokenizer.json .* --tokenizer"):
+        check_data_vocab(manifest_url(str(corpus / "data"), "valid"), subword, "subword_export")
 
     assert main(["--model", str(tmp_path), *data]) == USAGE_ERROR
     assert "config.json" in capsys.readouterr().err

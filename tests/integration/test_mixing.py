@@ -1,48 +1,87 @@
-"""Training on data.mix with real DeepSpeed engines: two ranks train and save, one process
-resumes; mix_tokens in every log row, every corpus evaluated, then their token-weighted mean."""
+"""Training on data.mix of two subword corpora with real DeepSpeed engines: two ranks train and
+save, one process resumes; mix_tokens in every log row, every corpus evaluated, then their
+token-weighted mean. Then what the tokenizer is used for after training: every checkpoint
+carries it, txl-export copies it into the export, txl-eval --text and txl-generate read and
+write text with it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import shutil
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+from tokenizers import Tokenizer
 
-from data_pipeline.cli import main as prepare_main
+from data_pipeline import prepare
+from data_pipeline.corpora.subword import TOKENIZER_FILE
+from data_pipeline.text_batches import TextBatches
+from tests.data_pipeline.corpora.test_records import write_jsonl
 from tests.integration.runs import records, train
+from txl_dist.cli import evaluate, generate
+from txl_dist.cli.export import ExportError, export
+from txl_dist.engine.checkpoint import CLIENT_FILE
+from txl_dist.engine.evaluate import evaluate as score
+from txl_dist.export_text import ExportText
+from txl_dist.exported import load_for_evaluation
+from txl_dist.generation import shown
 
 ROWS, TGT_LEN = 8, 64  # the tiny config's global rows and tgt_len
+LAYOUT = {"sample_size": 5_000, "shard_size": 50_000, "progress": False}
+# The tiny config's softmax clusters are for a word vocabulary: none for a 600-token BPE.
+SUBWORD_MODEL = ["model.cutoffs=[]", "model.tie_projs=[false]"]
 
 
 @pytest.fixture(scope="module")
-def news(shared_data, wikitext, tmp_path_factory) -> Path:
-    """One Billion Word sentences, a document each, with WikiText-103's vocabulary (the one of
-    small_corpus, so the two mix)."""
-    root = tmp_path_factory.mktemp("news")
+def corpora(shared_data, tmp_path_factory) -> Path:
+    """wiki (WikiText-103 paragraphs) with a byte-level BPE of 600 tokens trained on it, and
+    news (One Billion Word sentences) with that tokenizer, as JSONL corpora under the root."""
+    root = tmp_path_factory.mktemp("corpora")
+    lines = (shared_data / "wikitext-103" / "wiki.train.tokens").open(encoding="utf-8")
+    wiki = [
+        line for _, line in zip(range(1500), lines) if line.strip() and not line.startswith(" = ")
+    ]
     source = shared_data / "one-billion-word" / "news.en.heldout-00000-of-00050.part1"
-    sentences = source.read_text(encoding="utf-8").splitlines(keepends=True)
-    (root / "src").mkdir()
-    for split, part in (("train", sentences[:600]), ("valid", sentences[600:800])):
-        (root / "src" / f"{split}.txt").write_text("\n".join(part), encoding="utf-8")
-    args = ["--dataset", "text", "--text-docs", "block", "--source", str(root / "src")]
-    args += ["--vocab", str(wikitext / "vocab.txt"), "--out", str(root / "data"), "--no-progress"]
-    assert prepare_main(args) == 0
-    return root / "data"
+    news = source.read_text(encoding="utf-8").splitlines(keepends=True)[:800]
+    for name, docs in (("wiki", wiki), ("news", news)):
+        held_out = len(docs) // 4
+        write_jsonl(root / "src" / name / "train" / "docs.jsonl", docs[held_out:])
+        write_jsonl(root / "src" / name / "valid" / "docs.jsonl", docs[:held_out])
+    shared = str(root / "wiki" / TOKENIZER_FILE)
+    for name, tokenizer in (("wiki", "bpe:600"), ("news", shared)):
+        prepare("jsonl", str(root / name), str(root / "src" / name), tokenizer=tokenizer, **LAYOUT)
+    return root
+
+
+@pytest.fixture(scope="module")
+def mix(corpora) -> list[str]:
+    """The overrides of a run on wiki 0.6 / news 0.4, evaluated and saved at steps 3 and 6."""
+    corpus = [
+        {"name": "wiki", "path": str(corpora / "wiki"), "weight": 0.6},
+        {"name": "news", "path": str(corpora / "news"), "weight": 0.4},
+    ]
+    overrides = ["data.path=null", f"data.mix={json.dumps(corpus)}", "train.max_steps=6"]
+    return [*overrides, *SUBWORD_MODEL, "train.save_interval=3", "train.eval_interval=3"]
+
+
+@pytest.fixture(scope="module")
+def mixed_run(corpora, mix, tmp_path_factory) -> Path:
+    """The run directory of the mix trained on two ranks."""
+    out = tmp_path_factory.mktemp("mixed")
+    train(out, corpora / "wiki", overrides=mix)
+    return out
 
 
 @pytest.mark.slow
 def test_a_mix_logs_its_tokens_evaluates_each_corpus_and_resumes_on_another_world_size(
-    small_corpus, news, tmp_path
+    corpora, mix, mixed_run, tmp_path
 ):
-    mix = [
-        {"name": "wiki", "path": str(small_corpus), "weight": 0.6},
-        {"name": "news", "path": str(news), "weight": 0.4},
-    ]
-    overrides = ["data.path=null", f"data.mix={json.dumps(mix)}", "train.max_steps=6"]
-    overrides += ["train.save_interval=3", "train.eval_interval=3"]
-    out = tmp_path / "mixed"
-    train(out, small_corpus, overrides=overrides)  # two ranks
+    out = mixed_run
     rows = records(out)
     drawn = {r["step"]: r["mix_tokens"] for r in rows if "split" not in r}
     assert list(drawn) == [1, 2, 3, 4, 5, 6]
@@ -60,6 +99,110 @@ def test_a_mix_logs_its_tokens_evaluates_each_corpus_and_resumes_on_another_worl
     # The state every rank saved holds all rows: one process resumes them, batch for batch.
     resumed = tmp_path / "resumed"
     checkpoint = str(out / "checkpoints" / "global_step3")
-    train(resumed, small_corpus, nprocs=1, overrides=overrides, resume=checkpoint)
+    train(resumed, corpora / "wiki", nprocs=1, overrides=mix, resume=checkpoint)
     again = {r["step"]: r["mix_tokens"] for r in records(resumed) if "split" not in r}
     assert again == {step: d for step, d in drawn.items() if step > 3}
+
+
+@contextlib.contextmanager
+def moved_away(root: Path):
+    """`root` under another name while inside: what a checkpoint names is not there."""
+    aside = root.with_name(root.name + "-aside")
+    root.rename(aside)
+    try:
+        yield
+    finally:
+        aside.rename(root)
+
+
+def copy_with_tokenizer(tag: Path, into: Path, tokenizer: bytes | None) -> Path:
+    """A copy of checkpoint `tag` with another tokenizer.json (None: without one, as saved
+    before checkpoints carried it), its record made to match, as anyone could: sizes and
+    CRC-32s prove no more than the record does."""
+    copy = into / tag.name
+    shutil.copytree(tag, copy)
+    record = json.loads((copy / CLIENT_FILE).read_text())
+    if tokenizer is None:
+        (copy / TOKENIZER_FILE).unlink()
+        del record["files"][TOKENIZER_FILE]
+    else:
+        (copy / TOKENIZER_FILE).write_bytes(tokenizer)
+        record["files"][TOKENIZER_FILE] = {
+            "bytes": len(tokenizer), "crc32": f"{zlib.crc32(tokenizer):08x}"
+        }  # fmt: skip
+    (copy / CLIENT_FILE).write_text(json.dumps(record))
+    return copy
+
+
+@pytest.mark.slow
+def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_their_text(
+    corpora, mixed_run, shared_data, tmp_path, capsys
+):
+    tokenizer_json = (corpora / "wiki" / TOKENIZER_FILE).read_bytes()
+    library = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
+    tag = mixed_run / "checkpoints" / "global_step6"
+    assert (tag / TOKENIZER_FILE).read_bytes() == tokenizer_json
+    assert TOKENIZER_FILE in json.loads((tag / CLIENT_FILE).read_text())["files"]
+
+    model_dir = tmp_path / "export"
+    with moved_away(corpora):  # the checkpoint's own tokenizer: no data root needed
+        export(str(mixed_run), str(model_dir))
+    assert (model_dir / TOKENIZER_FILE).read_bytes() == tokenizer_json
+    assert not (model_dir / "vocab.txt").exists()
+    readme = (model_dir / "README.md").read_text()
+    assert f"subword tokenizer {TOKENIZER_FILE} of {library.get_vocab_size()} tokens" in readme
+    evals = {r.get("corpus"): r for r in records(mixed_run) if r.get("step") == 6 and "split" in r}
+    for name in ("wiki", "news"):
+        assert f"- valid {name}: loss {evals[name]['loss']:.4f}" in readme
+    assert f"- valid (the corpora's token-weighted mean): loss {evals[None]['loss']:.4f}" in readme
+
+    # Byte-level BPE gives real text back exactly, in one piece or as generated, token by token.
+    lines = (shared_data / "wikitext-103" / "wiki.valid.tokens").read_text(encoding="utf-8")
+    text = "".join(lines.splitlines(keepends=True)[:60])
+    assert any(ord(c) > 127 for c in text)  # characters of several bytes, split over tokens
+    words = ExportText(str(model_dir))
+    for line in text.splitlines(keepends=True):
+        ids = words.encode(line)[0].tolist()
+        assert ids == library.encode(line, add_special_tokens=False).ids
+        assert words.decode(ids) == library.decode(ids) == line
+        assert "".join(words.pieces(ids, prompt="")) == line
+
+    # txl-eval --text scores the tokenizer's ids of the file.
+    text_file = tmp_path / "valid.txt"
+    text_file.write_text(text, encoding="utf-8")
+    args = ["--model", str(model_dir), "--text", str(text_file), "--batch-size", "2"]
+    assert evaluate.main([*args, "--json", "--no-progress"]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    model = load_for_evaluation(str(model_dir), torch.device("cpu"))
+    ids = np.asarray(library.encode(text, add_special_tokens=False).ids, np.int64)
+    batches = TextBatches(ids, 2, model.config.tgt_len)
+    expected = score(model, batches, torch.device("cpu"), progress=False)
+    assert ours["tokens"] == expected.tokens == len(ids) - 1
+    assert ours["loss"] == pytest.approx(expected.loss, rel=1e-6)
+
+    # txl-generate: the prompt's ids are the tokenizer's, the text printed is its decoding.
+    prompt = "The tower , built in 1889 ,"
+    args = ["--model", str(model_dir), "--prompt", prompt, "--max-tokens", "40", "--seed", "1"]
+    assert generate.main([*args, "--json"]) == 0
+    drawn = json.loads(capsys.readouterr().out)
+    assert drawn["prompt_ids"] == library.encode(prompt, add_special_tokens=False).ids
+    assert len(drawn["ids"]) == 40 and drawn["text"] == library.decode(drawn["ids"])
+    assert generate.main(args) == 0
+    assert capsys.readouterr().out == shown(prompt + drawn["text"]) + "\n"
+
+    # A checkpoint from before they carried the tokenizer: the data root's, else --vocab's.
+    old = copy_with_tokenizer(tag, tmp_path / "old", None)
+    export(str(old), str(tmp_path / "old-export"))
+    assert (tmp_path / "old-export" / TOKENIZER_FILE).read_bytes() == tokenizer_json
+    with moved_away(corpora):
+        with pytest.raises(ExportError, match="vocab.txt .*not found.*pass --vocab FILE"):
+            export(str(old), str(tmp_path / "refused"))
+        export(str(old), str(tmp_path / "old-vocab"), vocab_path=str(model_dir / TOKENIZER_FILE))
+    assert (tmp_path / "old-vocab" / TOKENIZER_FILE).read_bytes() == tokenizer_json
+
+    # A checkpoint whose tokenizer is not the one it records is refused, in one line.
+    copy = copy_with_tokenizer(tag, tmp_path / "stranger", tokenizer_json + b"\n")
+    with pytest.raises(ExportError, match=f"{TOKENIZER_FILE} has sha256 .* vocab_sha256") as err:
+        export(str(copy), str(tmp_path / "refused"))
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "refused").exists()

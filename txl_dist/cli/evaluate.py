@@ -13,7 +13,8 @@ paper's: eval_tgt_len, eval_mem_len, eval_clamp_len, eval_same_length) unless ov
 --tgt-len, --mem-len, --clamp-len, --same-length. Rows are independent streams that start without
 memory, so the perplexity depends on --batch-size; with the training run's eval rows and --dtype
 (see the export's README.md) it reproduces the engine's evaluation. A text file is tokenized as
-WikiText: whitespace-split lines, each followed by <eos>, unknown words as the unknown token.
+WikiText: whitespace-split lines, each followed by <eos>, unknown words as the unknown token; for
+a model of subword data, by its export's tokenizer.json, the whole file as one document.
 Character-level data (the manifest's level) is reported in bits per character (loss / ln 2).
 
 A sweep (--sweep-mem-len or --sweep-clamp-len) scores every length in one run, reading the
@@ -34,6 +35,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.errors import DataError
 from data_pipeline.shards import load_manifest, manifest_url
 from data_pipeline.streams import TokenStreams
@@ -42,13 +44,8 @@ from data_pipeline.vocab import EOS, Vocab
 from txl_dist.cli import USAGE_ERROR
 from txl_dist.context import RECL_THRESHOLD, write_csv
 from txl_dist.engine.evaluate import evaluate
-from txl_dist.exported import (
-    DTYPES,
-    EVAL_ROWS,
-    export_level,
-    export_vocab,
-    load_for_evaluation,
-)
+from txl_dist.export_text import ExportText
+from txl_dist.exported import DTYPES, EVAL_ROWS, export_vocabulary, load_for_evaluation
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
 from txl_dist.process.dist import World, end_distributed, init_distributed, world_from_env
@@ -95,13 +92,34 @@ def text_ids(path: str, vocab: Vocab) -> tuple[np.ndarray, int]:
     return ids, unknown
 
 
-def check_data_vocab(url: str, vocab: Vocab | None, model_dir: str) -> None:
-    """Refuse a split prepared with another vocabulary than the model's vocab.txt."""
+def read_text(path: str, model_dir: str) -> tuple[np.ndarray, int | None]:
+    """(ids, unknown words) of a text file read as the export's data was: by its tokenizer.json
+    (no unknown words: None), else as WikiText words; a character-level model is refused."""
+    text = ExportText(model_dir)
+    if text.subword is not None:
+        with open(path, encoding="utf-8", newline="") as f:  # the file's own line ends
+            return text.encode(f.read())[0], None
+    if not text.words:
+        raise DataError(
+            f"{model_dir} is a character-level model and --text is read as words: "
+            "prepare the text with txl-prepare (its --dataset) and pass --data"
+        )
+    return text_ids(path, text.vocab)
+
+
+def check_data_vocab(url: str, vocab: Vocab | Subword | None, model_dir: str) -> None:
+    """Refuse a split prepared with another vocabulary than the model's vocab.txt (or
+    tokenizer.json)."""
     manifest = load_manifest(url)
     if vocab is not None and manifest.vocab_sha256 != vocab.sha256:
+        name, flag = (
+            (TOKENIZER_FILE, "--tokenizer")
+            if isinstance(vocab, Subword)
+            else (VOCAB_FILE, "--vocab")
+        )
         raise DataError(
             f"{url} was prepared with another vocabulary (sha256 {manifest.vocab_sha256[:12]}) "
-            f"than {model_dir}'s vocab.txt ({vocab.sha256[:12]}); prepare it with --vocab"
+            f"than {model_dir}'s {name} ({vocab.sha256[:12]}); prepare it with {flag}"
         )
 
 
@@ -244,20 +262,12 @@ def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
         )
     tgt_len, rows = model.config.tgt_len, args.batch_size
     if args.text:
-        vocab = export_vocab(args.model[0])
-        if vocab is None:
-            raise DataError(f"{args.model[0]} has no {VOCAB_FILE}: --text needs the vocabulary")
-        if export_level(args.model[0]) != "word":
-            raise DataError(
-                f"{args.model[0]} is a character-level model and --text is read as words: "
-                "prepare the text with txl-prepare (its --dataset) and pass --data"
-            )
-        ids, unknown = text_ids(args.text, vocab)
+        ids, unknown = read_text(args.text, args.model[0])
         batches = TextBatches(ids, rows, tgt_len, world.rank, world.world_size)
         return args.text, batches, unknown, "word"
     url = args.data if args.data.endswith(".json") else manifest_url(args.data, args.split)
     for path in args.model:
-        check_data_vocab(url, export_vocab(path), path)
+        check_data_vocab(url, export_vocabulary(path), path)
     streams = TokenStreams(
         url, rows_per_rank=rows // world.world_size, tgt_len=tgt_len, rank=world.rank,
         world_size=world.world_size, tail=True, expected_vocab_size=model.config.n_token,

@@ -5,8 +5,13 @@
 
 CKPT_DIR is a run directory (its latest checkpoint), its checkpoints/ directory (latest) or one
 checkpoints/global_stepN. OUT_DIR receives config.json (the model section), model.safetensors
-(or pytorch_model.bin, a plain state_dict), vocab.txt and README.md (how it was trained); load it
-with `TransformerXL.from_pretrained(OUT_DIR)`, which needs torch and safetensors only.
+(or pytorch_model.bin, a plain state_dict), the vocabulary and README.md (how it was trained);
+load it with `TransformerXL.from_pretrained(OUT_DIR)`, which needs torch and safetensors only.
+
+The vocabulary is the checkpoint's tokenizer.json (subword data: every checkpoint carries it),
+else the vocab.txt of the run's data.path; --vocab names either kind (a *.json file is a
+tokenizer) when the checkpoint lacks it and data.path has moved. It is checked against the
+sha256 the checkpoint records.
 
 The weights are the fp32 master weights (not the bf16/fp16 copies the engine computed with),
 consolidated on the CPU: ZeRO 1-3 through DeepSpeed's zero_to_fp32, ZeRO 0 from the model file.
@@ -28,6 +33,7 @@ import fsspec
 import torch
 from torch import Tensor
 
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.errors import DataError
 from data_pipeline.redact import redact_text
 from data_pipeline.shards import vocab_url
@@ -179,18 +185,21 @@ def build_model(ckpt: Checkpoint, weights: dict[str, Tensor], dtype: torch.dtype
 
 def training_vocab(
     ckpt: Checkpoint, path: str | None, storage_options: dict | None = None
-) -> Vocab:
-    """The run's vocabulary (data.path, or `path`), checked against the checkpoint's hash.
+) -> Vocab | Subword:
+    """The run's vocabulary (`path`, the checkpoint's tokenizer.json, or data.path's), checked
+    against the checkpoint's hash.
 
     Credentials come from the caller (command line, environment), never from the checkpoint,
     which holds them redacted.
     """
-    url = path or _local_vocab_of(ckpt)
+    carried = os.path.join(ckpt.path, TOKENIZER_FILE)
+    url = path or (carried if os.path.exists(carried) else _local_vocab_of(ckpt))
+    kind = Subword if url.endswith(".json") else Vocab
     try:
-        vocab = Vocab.load(url, storage_options or {})
+        vocab = kind.load(url, storage_options or {})
     except DataError as err:
         raise ExportError(
-            f"vocabulary {redact_text(url)} of the run's data.path not found "
+            f"vocabulary {redact_text(url)} of the run not found or not readable "
             f"({err}); pass --vocab FILE (and --storage-option KEY=VALUE)"
         ) from err
     expected = ckpt.point.client.vocab_sha256
@@ -204,15 +213,18 @@ def training_vocab(
 
 
 def _local_vocab_of(ckpt: Checkpoint) -> str:
-    """The vocab.txt of the run's data.path, if that is a local file: a checkpoint may come from
-    anyone, and txl-export fetches no URL it names."""
-    url = vocab_url(ckpt.config.data.root)
-    if fsspec.core.split_protocol(url)[0] not in (None, "file", "local"):
+    """The tokenizer.json (checkpoints from before they carried it) or else the vocab.txt of the
+    run's data.path, if that is a local file: a checkpoint may come from anyone, and txl-export
+    fetches no URL it names."""
+    root = ckpt.config.data.root
+    protocol, local_root = fsspec.core.split_protocol(root)
+    if protocol not in (None, "file", "local"):
         raise ExportError(
-            f"the checkpoint's data.path {redact_text(ckpt.config.data.root)} is remote and "
+            f"the checkpoint's data.path {redact_text(root)} is remote and "
             "txl-export reads no URL a checkpoint names; pass its vocabulary with --vocab URL"
         )
-    return url
+    tokenizer = os.path.join(local_root, TOKENIZER_FILE)
+    return tokenizer if os.path.exists(tokenizer) else vocab_url(root)
 
 
 def export(
@@ -227,14 +239,15 @@ def export(
     ckpt = open_checkpoint(ckpt_dir)
     # Fail on a bad vocabulary before the slow part.
     vocab = training_vocab(ckpt, vocab_path, storage_options)
+    subword = isinstance(vocab, Subword)
     model = build_model(ckpt, consolidated_weights(ckpt), DTYPES[dtype])
 
     def write_extra(directory: str) -> None:
-        vocab.save(os.path.join(directory, VOCAB_FILE))
+        vocab.save(os.path.join(directory, TOKENIZER_FILE if subword else VOCAB_FILE))
         with open(os.path.join(directory, DATA_FILE), "w") as f:
             json.dump({"dataset": ckpt.config.data.dataset, "level": ckpt.point.client.level}, f)
         with open(os.path.join(directory, README_FILE), "w") as f:
-            f.write(readme(ckpt, dtype, format))
+            f.write(readme(ckpt, dtype, format, subword))
 
     try:  # written beside OUT_DIR and renamed into place: never two exports' files in one
         if format == "hf":
@@ -256,16 +269,40 @@ def eval_records(ckpt: Checkpoint) -> list[dict]:
     return [r for r in rows if "split" in r and r.get("step") == ckpt.step]
 
 
-def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
+def eval_line(row: dict, mixed: bool) -> str:
+    """One evaluation row of the README; of a mix, each corpus's by name, then their mean."""
+    name = row["split"]
+    if "corpus" in row:
+        name += f" {row['corpus']}"
+    elif mixed:
+        name += " (the corpora's token-weighted mean)"
+    return (
+        f"- {name}: loss {row['loss']:.4f}, {format_score(row, digits=3)} "
+        f"({row.get('tokens', '?')} tokens)"
+    )
+
+
+def data_line(ckpt: Checkpoint, subword: bool) -> str:
+    """What the run trained on: its data (each corpus of a mix) and its vocabulary."""
+    cfg, client = ckpt.config, ckpt.point.client
+    if cfg.data.mix is None:
+        data = f"{cfg.data.dataset} ({client.level} level) at `{redact_text(cfg.data.root)}`"
+    else:
+        data = "a mix of " + ", ".join(
+            f"{c.name} (weight {c.weight}) at `{redact_text(c.path)}`" for c in cfg.data.mix
+        )
+    vocabulary = f"the subword tokenizer {TOKENIZER_FILE}" if subword else "a vocabulary"
+    tokens = f"{cfg.model.n_token} tokens (sha256 {client.vocab_sha256})"
+    return f"- data: {data}, {vocabulary} of {tokens}"
+
+
+def readme(ckpt: Checkpoint, dtype: str, format: str, subword: bool = False) -> str:
     """A short account of how the exported model was trained and evaluated."""
     cfg, client, precision = ckpt.config, ckpt.point.client, ckpt.plan.precision
     ev = cfg.model.for_eval()
     rows = ckpt.plan.eval_rows
-    evals = [
-        f"- {r['split']}: loss {r['loss']:.4f}, {format_score(r, digits=3)} "
-        f"({r.get('tokens', '?')} tokens)"
-        for r in eval_records(ckpt)
-    ] or ["- none recorded at this step"]
+    mixed = cfg.data.mix is not None
+    evals = [eval_line(r, mixed) for r in eval_records(ckpt)] or ["- none recorded at this step"]
     weights = TORCH_FILE if format == "torch" else SAFETENSORS_FILE
     data_path = redact_text(cfg.data.root)
     return "\n".join(
@@ -277,8 +314,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str) -> str:
             f"- training: ZeRO stage {cfg.zero_stage} on {client.world_size} ranks, "
             f"{precision}, {cfg.train.global_rows} global rows x tgt_len {cfg.model.tgt_len}, "
             f"mem_len {cfg.model.mem_len}, optimizer {cfg.optim.name} (lr {cfg.optim.lr})",
-            f"- data: {cfg.data.dataset} ({client.level} level) at `{data_path}`, vocabulary of "
-            f"{cfg.model.n_token} tokens (sha256 {client.vocab_sha256})",
+            data_line(ckpt, subword),
             f"- weights: {weights}, {dtype} (from the fp32 master weights)",
             "",
             f"## Evaluation by the training engine at step {ckpt.step}",

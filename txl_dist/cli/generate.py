@@ -1,41 +1,39 @@
 """txl-generate: sample text from an exported model, one forward step per new token.
 
     txl-generate --model OUT_DIR --prompt "The meaning of" --max-tokens 100 \\
-        [--temperature 1.0] [--top-k 0] [--top-p 1.0] [--seed 0] [--mem-len M]
+        [--temperature 1.0] [--top-k 0] [--top-p 1.0] [--seed 0] [--mem-len M] [--json]
     python -m txl_dist.cli.generate ...
 
-The prompt is split on whitespace and looked up in the model's vocab.txt (unknown words become the
-unknown token), after a line start (<eos>, or <S> for lm1b). A character-level model (enwik8,
-text8: the export's data.json) reads the prompt as txl-prepare reads its corpus, one token per
-byte (enwik8, newlines dropped) or character (text8: a-z and spaces), and prints its bytes as
-UTF-8 text (text8's "_" as a space). It is read in one forward pass; then
+A model trained on subword data (its export's tokenizer.json) reads the prompt with that
+tokenizer, as it is (no line start before it; an empty prompt is a line break), and prints the
+tokens through its decoder, a character once all its bytes are drawn: byte-level BPE prints
+exactly the text of the drawn ids (control characters as escapes, as for every model).
+Otherwise the prompt is split on whitespace and looked up in the model's vocab.txt (unknown
+words become the unknown token), after a line start (<eos>, or <S> for lm1b). A character-level
+model (enwik8, text8: the export's data.json) reads the prompt as txl-prepare reads its
+corpus, one token per byte (enwik8, newlines dropped) or character (text8: a-z and spaces), and
+prints its bytes as UTF-8 text (text8's "_" as a space). It is read in one forward pass; then
 each sampled token is fed alone and the memory carries the context, so a token costs one step
 of length 1 instead of a re-run of the whole context. With --mem-len at least the total length
 (prompt + new tokens) the model sees all of it, exactly as a full re-run would. Words are printed
-as they are produced; <eos> prints a line break.
+as they are produced; <eos> prints a line break. --json prints one JSON object instead: the
+prompt, its ids, the generated ids and their text.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import torch
 
 from data_pipeline.errors import DataError
 from txl_dist.cli import USAGE_ERROR
-from txl_dist.exported import DTYPES, export_vocab
-from txl_dist.generation import (
-    CharDetokenizer,
-    Detokenizer,
-    Sampling,
-    char_dataset,
-    generate,
-    prompt_ids,
-    shown,
-)
+from txl_dist.export_text import ExportText
+from txl_dist.exported import DTYPES
+from txl_dist.generation import Sampling, generate, shown
 from txl_dist.model import TransformerXL
-from txl_dist.model.transformer import VOCAB_FILE
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -52,6 +50,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mem-len", type=int, help="memory length (default: the eval mem_len)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument(
+        "--json", action="store_true",
+        help="print one JSON object: prompt, prompt_ids, ids (generated) and text",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -60,11 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sampling = Sampling(args.temperature, args.top_k, args.top_p)
         model = TransformerXL.from_pretrained(args.model, map_location=args.device)
-        vocab = export_vocab(args.model)
-        if vocab is None:
-            raise FileNotFoundError(f"{args.model} has no {VOCAB_FILE}: generation needs it")
-        dataset = char_dataset(args.model)
-        prompt = prompt_ids(args.prompt, vocab, dataset).to(args.device)
+        text = ExportText(args.model)
+        prompt = text.prompt(args.prompt).to(args.device)
     except (FileNotFoundError, ValueError, DataError) as err:
         print(f"txl-generate: error: {err}", file=sys.stderr)
         return USAGE_ERROR
@@ -73,10 +72,18 @@ def main(argv: list[str] | None = None) -> int:
     model.set_lengths(mem_len=args.mem_len or ev.mem_len, clamp_len=ev.clamp_len, same_length=False)
     model.to(DTYPES[args.dtype])
     generator = torch.Generator().manual_seed(args.seed)
-    print(args.prompt if dataset else args.prompt.strip(), end="", flush=True)
-    words = CharDetokenizer(dataset) if dataset else Detokenizer(not args.prompt.strip())
-    for token, _ in generate(model, prompt, args.max_tokens, sampling, generator):
-        print(shown(words.text(vocab.tokens[token])), end="", flush=True)
+    ids = (token for token, _ in generate(model, prompt, args.max_tokens, sampling, generator))
+    if args.json:
+        drawn = list(ids)
+        report = dict(
+            prompt=args.prompt, prompt_ids=prompt.tolist(), ids=drawn,
+            text="".join(text.pieces(drawn, args.prompt)),
+        )  # fmt: skip
+        print(json.dumps(report))  # ASCII: a token's escapes never reach the terminal
+        return 0
+    print(args.prompt.strip() if text.words else args.prompt, end="", flush=True)
+    for piece in text.pieces(ids, args.prompt):
+        print(shown(piece), end="", flush=True)
     print()
     return 0
 

@@ -13,9 +13,11 @@ import deepspeed
 import torch
 from deepspeed.accelerator import get_accelerator
 
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
+from data_pipeline.errors import VocabMismatchError
 from data_pipeline.mixing import MixedStreams, MixSource, Reading
 from data_pipeline.redact import redact
-from data_pipeline.shards import manifest_url
+from data_pipeline.shards import manifest_url, root_tokenizer
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
 from txl_dist.engine import checkpoint
@@ -91,7 +93,13 @@ def _assemble_trainer(
         watchdog=watchdog,
         evaluate_split=SplitEvaluator(engine, config, world, plan, device, watchdog),
         checkpoints=Checkpointer.for_run(
-            engine, memory, config, world, plan.rows_per_rank, point.client.step if point else None
+            engine,
+            memory,
+            config,
+            world,
+            plan.rows_per_rank,
+            point.client.step if point else None,
+            tokenizer=training_tokenizer(config, streams),
         ),
         state=state,
         plan=plan,
@@ -228,6 +236,20 @@ def open_training_streams(
         order=data.order,
         expected_vocab_size=config.model.n_token,
     )
+
+
+def training_tokenizer(config: RunConfig, streams: TokenStreams | MixedStreams) -> Subword | None:
+    """The training data's subword tokenizer, which every checkpoint carries (the first mixed
+    corpus's: the corpora share it); None for a word or character vocabulary."""
+    root = config.data.root
+    tokenizer = root_tokenizer(root, config.data.storage_options)
+    recorded = streams.manifest.vocab_sha256
+    if tokenizer is not None and tokenizer.sha256 != recorded:
+        raise VocabMismatchError(
+            f"{root}/{TOKENIZER_FILE} has sha256 {tokenizer.sha256[:12]}, its manifests record "
+            f"{recorded[:12]}: it changed after txl-prepare; prepare the data again"
+        )
+    return tokenizer
 
 
 class SplitEvaluator:

@@ -10,9 +10,16 @@ import socket
 
 import pytest
 
+from data_pipeline.corpora.subword import TOKENIZER_FILE
 from tests import processes
 from tests.conftest import REPO_ROOT, small_disk
-from tests.engine.checkpoint.transaction_worker import NEEDED, SETTINGS, WIDTH, directories
+from tests.engine.checkpoint.transaction_worker import (
+    NEEDED,
+    SETTINGS,
+    TOKENIZER,
+    WIDTH,
+    directories,
+)
 from txl_dist.config import load_run_config
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import CheckpointState
@@ -42,6 +49,7 @@ def test_a_save_records_every_file_and_replaces_a_killed_saves_leftovers(saves):
     on_disk = {p.name for p in tag.iterdir()} - {checkpoint.CLIENT_FILE}
     assert set(record.files) == on_disk and "stale.pt" not in on_disk
     assert {"memory_rank0.pt", "memory_rank1.pt", "mp_rank_00_model_states.pt"} <= on_disk
+    assert (tag / TOKENIZER_FILE).read_text() == TOKENIZER.json_text  # written by rank 0
     for name, recorded in record.files.items():
         assert recorded["bytes"] == (tag / name).stat().st_size > 0
     assert checkpoint.damage(str(tag), record.files) is None
@@ -118,6 +126,7 @@ def test_an_async_save_holds_the_files_a_sync_save_of_the_same_step_holds(saves)
     dirs, results = saves
     synced, background = dirs["plain"] / "global_step1", dirs["async"] / "global_step1"
     assert _record(background).files == _record(synced).files  # every name, size and CRC-32
+    assert TOKENIZER_FILE in _record(background).files
     assert checkpoint.damage(str(background), _record(background).files) is None
     assert (dirs["async"] / checkpoint.LATEST).read_text() == "global_step1"
     # The snapshot is taken on the training thread; the rest ran in the background.

@@ -1,8 +1,9 @@
-"""One of the 2 gloo ranks of test_transaction.py: real DeepSpeed saves (ZeRO-2, bf16), a
-killed save's leftovers, a write failing on this rank only, a full disk, and asynchronous saves
-(one of the same step as a synchronous one, taken while the next step trains, one whose background
-write fails on this rank, one falling back to a synchronous save because rank 1's machine says
-it has no memory available).
+"""One of the 2 gloo ranks of test_transaction.py: real DeepSpeed saves (ZeRO-2, bf16) of a run
+on subword data (every checkpoint carries its tokenizer), a killed save's leftovers, a write
+failing on this rank only, a full disk, and asynchronous saves (one of the same step as a
+synchronous one, taken while the next step trains, one whose background write fails on this
+rank, one falling back to a synchronous save because rank 1's machine says it has no memory
+available).
 
 python -c "from tests.engine.checkpoint.transaction_worker import main; main(ROOT)" RANK
 prints `RESULT {json}`: what this rank's saves raised, whether the kept checkpoint reloads, the
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from data_pipeline.corpora.subword import Subword
 from tests.conftest import REPO_ROOT
 from txl_dist.config import load_run_config
 from txl_dist.engine import checkpoint
@@ -38,9 +40,11 @@ NEEDED = 16 * (WIDTH * WIDTH + WIDTH)  # preflight's estimate: 16 bytes per para
 # estimate counts: any config does.
 SETTINGS = ["model.n_token=10", "model.cutoffs=[]", "model.tie_projs=[false]"]
 FILE_LIMIT = 1 << 20  # rank 1's largest file in the one-rank failure: below its optimizer shard
+# The data's tokenizer: a byte-level BPE of 300 tokens (any tokenizer does).
+TOKENIZER = Subword.train_bpe(300, iter(["the cat sat on the mat\n", "a dog sat on a log\n"] * 20))
 STATE = CheckpointState(
-    step=0, stream={}, world_size=2, global_rows=2, rows_per_rank=1, config={}, vocab_size=10,
-    vocab_sha256="0" * 64, run_id="r1",
+    step=0, stream={}, world_size=2, global_rows=2, rows_per_rank=1, config={}, vocab_size=300,
+    vocab_sha256=TOKENIZER.sha256, run_id="r1",
 )  # fmt: skip
 
 
@@ -115,6 +119,7 @@ def main(root: str) -> None:
             keep_last=2,
             needed_bytes=NEEDED,
             async_save=name in ("async", "fallback"),
+            tokenizer=TOKENIZER,
         )
         for name, directory in dirs.items()
     }

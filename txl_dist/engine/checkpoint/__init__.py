@@ -5,6 +5,8 @@ Layout of `{out_dir}/checkpoints/`:
     global_step{N}/txl.json    CheckpointState: step, stream position, config, vocab, world size,
                                and the size and CRC-32 of every other file of the checkpoint
     global_step{N}/memory_rank{r}.pt   rank r's memories (with their first global row) and RNG
+    global_step{N}/tokenizer.json      subword data's tokenizer; its sha256 is txl.json's
+                                       vocab_sha256, or the checkpoint is refused
     global_step{N}_universal/  DeepSpeed's universal conversion, for another world size
     latest                     the newest complete tag
 

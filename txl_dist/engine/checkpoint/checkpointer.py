@@ -10,6 +10,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
 from txl_dist.engine.checkpoint import snapshot_memory
@@ -57,6 +58,9 @@ class Checkpointer:
     available_memory: Callable[[], int] = snapshot_memory.available_bytes
     """Bytes of host memory this machine has available for snapshots, asked before each
     asynchronous save (a test injects a small figure to see the synchronous fallback)."""
+    tokenizer: Subword | None = None
+    """The training data's subword tokenizer, saved into every checkpoint as tokenizer.json
+    (None for a word or character vocabulary)."""
     _background: BackgroundSave | None = None
     _group: Any = None  # the background saves' process group, made by the first one
 
@@ -69,9 +73,11 @@ class Checkpointer:
         world: World,
         rows_per_rank: int,
         resumed_step: int | None,
+        tokenizer: Subword | None = None,
     ) -> Checkpointer:
-        """The checkpoints of `config`'s run, which resumed at `resumed_step` (None: fresh);
-        with async_save, rank 0 says what its snapshots take (a collective)."""
+        """The checkpoints of `config`'s run, which resumed at `resumed_step` (None: fresh),
+        carrying `tokenizer` if its data has one; with async_save, rank 0 says what its
+        snapshots take (a collective)."""
         checkpointer = cls(
             engine=engine,
             memory=memory,
@@ -84,6 +90,7 @@ class Checkpointer:
             needed_bytes=preflight.checkpoint_bytes(config),
             saved_step=resumed_step,
             async_save=config.train.async_save,
+            tokenizer=tokenizer,
         )
         checkpointer.announce_snapshots()
         return checkpointer
@@ -184,7 +191,14 @@ class Checkpointer:
             first_row=self.world.rank * self.rows_per_rank,
             needed_bytes=self.needed_bytes,
             after_phase=self.after_phase,
+            main_files=self._main_files(),
         )
+
+    def _main_files(self) -> dict[str, bytes]:
+        """What rank 0 writes into every checkpoint besides the ranks' states: the tokenizer."""
+        if self.tokenizer is None:
+            return {}
+        return {TOKENIZER_FILE: self.tokenizer.json_text.encode("utf-8")}
 
     def _published(self, tag: str, state: CheckpointState) -> str:
         """Prune once checkpoint `tag` is published; returns its path."""

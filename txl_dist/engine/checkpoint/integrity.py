@@ -3,12 +3,14 @@ checkpoint on disk differs from what its txl.json records."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from data_pipeline.corpora.subword import TOKENIZER_FILE
 from txl_dist.engine.checkpoint.state import CLIENT_FILE
 
 DIGEST_CHUNK = 16 << 20
@@ -44,6 +46,25 @@ def damage(tag_dir: str, files: dict[str, dict[str, Any]]) -> str | None:
                 f"{name} has CRC-32 {found[name]['crc32']}, {CLIENT_FILE} records "
                 f"{recorded['crc32']}"
             )
+    return None
+
+
+def tokenizer_damage(tag_dir: str, vocab_sha256: str) -> str | None:
+    """How the checkpoint's tokenizer.json differs from the vocab_sha256 its txl.json records,
+    or None if it matches or there is none (word and character data). Its CRC-32 in the record
+    proves no more than the record does: the sha256 ties it to what the run trained on."""
+    path = os.path.join(tag_dir, TOKENIZER_FILE)
+    if not os.path.lexists(path):
+        return None
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        return f"{TOKENIZER_FILE} is not a regular file"
+    with open(path, "rb") as f:
+        found = hashlib.sha256(f.read()).hexdigest()
+    if found != vocab_sha256:
+        return (
+            f"{TOKENIZER_FILE} has sha256 {found[:12]}, {CLIENT_FILE} records vocab_sha256 "
+            f"{vocab_sha256[:12]}: not the tokenizer it was trained with"
+        )
     return None
 
 

@@ -22,6 +22,7 @@ from txl_dist.engine.checkpoint.integrity import (
     damage,
     fsync,
     fsync_tree,
+    tokenizer_damage,
 )
 from txl_dist.engine.checkpoint.state import (
     CHECKPOINT_DIR,
@@ -105,7 +106,7 @@ def _checked_point(directory: str, tag: str) -> ResumePoint:
         client = CheckpointState.read(client_path)
     except json.JSONDecodeError as err:
         raise DamagedCheckpointError(f"{client_path} is damaged: not JSON ({err})") from err
-    if problem := damage(tag_dir, client.files):
+    if problem := damage(tag_dir, client.files) or tokenizer_damage(tag_dir, client.vocab_sha256):
         raise DamagedCheckpointError(f"checkpoint {tag_dir} is damaged: {problem}")
     check_pickles(tag_dir)  # before DeepSpeed or we unpickle anything
     return ResumePoint(directory, tag, client)

@@ -3,7 +3,8 @@
 Its phases, each passed by every rank together:
 
     prepare  rank 0 clears what an earlier failed save of this step left
-    write    every rank writes its DeepSpeed files and memories into global_stepN.partial/
+    write    every rank writes its DeepSpeed files and memories into global_stepN.partial/,
+             rank 0 also the files of the whole run (the data's tokenizer.json)
     list     every rank lists the files there
     verify   every rank fsyncs its share of them and records their sizes and CRC-32s
     publish  rank 0 writes the record (txl.json), renames the directory to global_stepN and
@@ -89,6 +90,8 @@ class SaveTransaction:
     group: Any = None
     """The process group the ranks agree over: None, the default one; a background save's
     own, so that its collectives never interleave with training's."""
+    main_files: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    """Files rank 0 writes besides its states, by name in the checkpoint (tokenizer.json)."""
     snapshot: dict[str, bytes] = dataclasses.field(default_factory=dict)
     """This rank's files, by path, serialized for `complete` to write."""
     kept: SerializingEngine | None = None
@@ -159,6 +162,7 @@ class SaveTransaction:
         with serializing(self.engine, deferred=False):
             self._save_deepspeed()
         save_to(self._memories(), self._memories_path())
+        write_files(self._rank_files())
 
     def _snapshot(self) -> None:
         """DeepSpeed's state dicts kept; the memories (the next forward replaces them)
@@ -166,7 +170,8 @@ class SaveTransaction:
         with serializing(self.engine, deferred=True) as kept:
             self._save_deepspeed()
         self.kept = kept
-        self.snapshot = {self._memories_path(): serialized(self._memories())}
+        memories = {self._memories_path(): serialized(self._memories())}
+        self.snapshot = {**memories, **self._rank_files()}
 
     def _serialize(self) -> None:
         """The kept state dicts serialized into `snapshot`, beside the memories."""
@@ -194,6 +199,12 @@ class SaveTransaction:
             "memory": self.memory.rows_state(),
             "rng": rng_state(),
         }
+
+    def _rank_files(self) -> dict[str, bytes]:
+        """`main_files` by path in the partial directory on rank 0; nothing on the others."""
+        if dist.get_rank() != 0:
+            return {}
+        return {os.path.join(self.staging, name): data for name, data in self.main_files.items()}
 
     def _memories_path(self) -> str:
         return os.path.join(self.staging, f"memory_rank{dist.get_rank()}.pt")

@@ -1,24 +1,32 @@
-"""An export's text to token ids and back, the way its training data was prepared.
+"""An export's text to token ids and back, the way its training data was prepared: for the
+harness model, txl-generate and txl-eval --text alike.
 
 Word-level data (vocab.txt): words split on whitespace, a line break read as <eos> (WikiText's
 line ends, as txl-eval reads --text), words the vocabulary lacks as its unknown token.
 Character-level data (data.json's dataset, enwik8 or text8): the dataset's own tokenizer, as
 txl-generate reads a prompt. A tokenizer.json in the export (subword data) takes precedence:
-its own ids, no unknown tokens.
+its own ids, no unknown tokens, and its decoder (byte-level BPE gives back the text exactly).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
+from collections.abc import Iterable, Iterator
 
 import numpy as np
+import torch
 
 from data_pipeline.corpora.datasets import DATASETS
-from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
+from data_pipeline.corpora.subword import TOKENIZER_FILE
 from data_pipeline.vocab import EOS, SENTENCE
-from txl_dist.exported import export_vocab
-from txl_dist.generation import CharDetokenizer, Detokenizer, char_dataset
+from txl_dist.exported import export_tokenizer, export_vocab
+from txl_dist.generation import (
+    CharDetokenizer,
+    Detokenizer,
+    char_dataset,
+    prompt_ids,
+    subword_pieces,
+)
 from txl_dist.model.transformer import VOCAB_FILE
 
 CHAR_START = b" "
@@ -31,13 +39,12 @@ class ExportText:
     """Encodes and decodes text for the model exported in `model_dir`."""
 
     def __init__(self, model_dir: str):
-        path = os.path.join(model_dir, TOKENIZER_FILE)
-        self.subword = Subword.load(path) if os.path.exists(path) else None
+        self.subword = export_tokenizer(model_dir)
         self.vocab = export_vocab(model_dir)
         if self.subword is None and self.vocab is None:
             raise FileNotFoundError(
-                f"{model_dir} has neither {VOCAB_FILE} nor {TOKENIZER_FILE}: the harness reads "
-                "text, so the export needs its vocabulary"
+                f"{model_dir} has no {VOCAB_FILE} or {TOKENIZER_FILE}: reading and writing "
+                "text needs the export's vocabulary"
             )
         self.dataset = None if self.subword else char_dataset(model_dir)
         self.start = self._start_ids()
@@ -82,3 +89,25 @@ class ExportText:
         tokens = self.vocab.decode(ids)
         words = CharDetokenizer(self.dataset) if self.dataset else Detokenizer(line_start=False)
         return "".join(words.text(t) for t in tokens)
+
+    @property
+    def words(self) -> bool:
+        """Word-level: text is read as whitespace-split words (so a prompt's spacing is lost)."""
+        return self.subword is None and self.dataset is None
+
+    def prompt(self, text: str) -> torch.Tensor:
+        """The int64 ids txl-generate continues: a subword prompt's own ids (a line start for
+        none); a word prompt after a line start; a character prompt's tokens."""
+        if self.subword is None:
+            return prompt_ids(text, self.vocab, self.dataset)
+        ids = self.encode(text)[0] if text else np.asarray(self.start, np.int64)
+        return torch.from_numpy(ids)
+
+    def pieces(self, ids: Iterable[int], prompt: str) -> Iterator[str]:
+        """The text of generated `ids` (after `prompt`) as they come, piece by piece."""
+        if self.subword is not None:
+            yield from subword_pieces(self.subword, ids)
+            return
+        words = CharDetokenizer(self.dataset) if self.dataset else Detokenizer(not prompt.strip())
+        for token in ids:
+            yield words.text(self.vocab.tokens[token])

@@ -1,5 +1,6 @@
 """Text to ids and back for each kind of export: words (an <eos> per line break), text8's
-characters, a tokenizer.json's subwords; each starts from its line start."""
+characters, a tokenizer.json's subwords; each starts from its line start. A subword prompt is
+its own ids, and generated subwords come out as text piece by piece, whole characters only."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.vocab import EOS, UNK_WIKI, Vocab
-from txl_dist.harness.text import ExportText
+from txl_dist.export_text import ExportText
+from txl_dist.generation import INCOMPLETE
 from txl_dist.model.transformer import VOCAB_FILE
 
 
@@ -40,3 +42,20 @@ def test_a_tokenizer_json_gives_its_own_ids(tmp_path):
     assert ids.tolist() == expected and unknown == []
     assert text.start == subword.tokenizer.encode("\n").ids
     assert text.decode(ids.tolist()) == "the dog sat"
+
+
+def test_a_subword_prompt_is_its_ids_and_generated_ids_come_out_as_whole_characters(tmp_path):
+    docs = ["the cat sat on the mat\n", "a dog sat on a log\n"] * 20
+    subword = Subword.train_bpe(300, iter(docs))  # ASCII only: other characters are bytes
+    subword.save(str(tmp_path / TOKENIZER_FILE))
+    text = ExportText(str(tmp_path))
+    assert not text.words
+    assert text.prompt("the dog").tolist() == text.encode("the dog")[0].tolist()
+    assert text.prompt("").tolist() == text.start
+    generated = " naïve café — 日本\n the cat"
+    ids = text.encode(generated)[0].tolist()
+    # Some tokens are one byte of a character: the text of the ids up to there ends in U+FFFD.
+    assert any(subword.decode(ids[:n]).endswith(INCOMPLETE) for n in range(len(ids)))
+    pieces = list(text.pieces(iter(ids), prompt="the dog"))
+    assert "".join(pieces) == generated
+    assert not any(INCOMPLETE in piece for piece in pieces)
