@@ -1,13 +1,16 @@
 """The training time a checkpoint save costs: synchronous against asynchronous saves.
 
     python bench/checkpoint_stall.py [--raw ../shared/data/wikitext-103] [--stages 2 3]
-                                     [--saves 3] [--save-every 4]
+                                     [--saves 3] [--save-every 4] [--ranks 2] [--threads N]
 
 wt103_base at its real size (151M parameters: the shipped vocabulary of 267,735 words, which the
 WikiText-103 train prefix in --raw fills with its own ~32k words, the rest never seen), bf16, on
-2 ranks of the real launcher (`deepspeed --num_gpus 2 launch/pretrain.py`'s loop, gloo), the
-batch shrunk to one row per rank. For each ZeRO stage it trains (saves + 1) x save-every steps
-with a save every save-every steps, once with train.async_save=false and once with true. Each
+--ranks ranks (2) of the real launcher (`deepspeed --num_gpus 2 launch/pretrain.py`'s loop,
+gloo), the batch shrunk to one row per rank. For each ZeRO stage it trains (saves + 1) x
+save-every steps with a save every save-every steps, once with train.async_save=false and once
+with true. --threads sets each rank's compute threads (OMP_NUM_THREADS; unset: the machine's
+cores shared among the ranks): `--ranks 1 --threads 1` on 2 cores leaves a core to the
+background write, as a GPU node's host cores are while its GPUs compute. Each
 rank times its steps, its save calls and, through the checkpointer's after_phase hook, when
 `latest` moved; rank 0 prints per save:
 
@@ -67,13 +70,15 @@ def _prepare(src: Path, out: Path, extra: list[str]) -> Path:
     return out
 
 
-def settings(data: Path, out: Path, stage: int, async_save: bool, every: int, steps: int):
+def settings(
+    data: Path, out: Path, stage: int, async_save: bool, every: int, steps: int, ranks: int
+):
     values = [
         f"data.path={data}",
         "data.valid_split=null",
         "data.test_split=null",
         f"train.out_dir={out}",
-        "train.global_rows=2",
+        f"train.global_rows={ranks}",
         "train.max_micro_rows=1",
         f"train.max_steps={steps}",
         f"train.save_interval={every}",
@@ -87,13 +92,16 @@ def settings(data: Path, out: Path, stage: int, async_save: bool, every: int, st
     return [arg for value in values for arg in ("--set", value)]
 
 
-def run(data: Path, stage: int, async_save: bool, saves: int, every: int) -> dict:
+def run(data: Path, stage: int, async_save: bool, args: argparse.Namespace) -> dict:
     """One launcher run; rank 0's record of it."""
-    steps = (saves + 1) * every
+    every = args.save_every
+    steps = (args.saves + 1) * every
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
     with tempfile.TemporaryDirectory(dir=REPO / "runs") as out:
-        args = ["--measure", "--config", str(WT103_BASE)]
-        args += settings(data, Path(out), stage, async_save, every, steps)
-        proc = subprocess.run(launcher(2, __file__, args), cwd=REPO, capture_output=True, text=True)
+        argv = ["--measure", "--config", str(WT103_BASE)]
+        argv += settings(data, Path(out), stage, async_save, every, steps, args.ranks)
+        cmd = launcher(args.ranks, __file__, argv)
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"ZeRO-{stage} async_save={async_save} failed:\n{proc.stderr[-3000:]}")
     [line] = [line for line in proc.stdout.splitlines() if line.startswith("STALL ")]
@@ -166,12 +174,18 @@ def main() -> None:
     parser.add_argument("--stages", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--saves", type=int, default=3, help="saves counted per run")
     parser.add_argument("--save-every", type=int, default=4, help="steps between saves")
+    parser.add_argument("--ranks", type=int, default=2, help="ranks, one row each")
+    parser.add_argument("--threads", type=int, help="compute threads per rank (OMP_NUM_THREADS)")
     parser.add_argument("--json", action="store_true", help="also print each run's record")
     args = parser.parse_args()
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"{now}, {platform.node()}: {os.cpu_count()} x {cpu_model()}")
-    print(f"wt103_base bf16, 2 ranks (gloo), 1 row per rank, a save every {args.save_every} steps")
+    threads = f", {args.threads} compute threads each" if args.threads else ""
+    print(
+        f"wt103_base bf16, {args.ranks} rank(s) (gloo){threads}, 1 row per rank, "
+        f"a save every {args.save_every} steps"
+    )
     print("seconds per save; step: the median step with no write running")
     print(f"{'ZeRO':>4} {'save':>5} {'step':>6} {'call':>6} {'stall':>6} {'wall':>6}")
     os.makedirs(REPO / "runs", exist_ok=True)
@@ -179,7 +193,7 @@ def main() -> None:
         data = prepare_data(Path(args.raw), Path(work))
         for stage in args.stages:
             for async_save in (False, True):
-                r = run(data, stage, async_save, args.saves, args.save_every)
+                r = run(data, stage, async_save, args)
                 mode = "async" if async_save else "sync"
                 mean = {k: statistics.mean(r[f"{k}_s"]) for k in ("call", "stall", "wall")}
                 figures = " ".join(f"{v:6.2f}" for v in (r["step_s"], *mean.values()))
