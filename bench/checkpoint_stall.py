@@ -15,6 +15,7 @@ rank times its steps, its save calls and, through the checkpointer's after_phase
 `latest` moved; rank 0 prints per save:
 
   call    the save's call on the training loop (for an asynchronous save, the snapshot)
+  wait    of the stall, the optimizer updates' waits for the background serialization
   stall   the training time the save cost: its call plus what the steps that ran during its
           background write took beyond the run's median step with no write running (they
           share the cores with it)
@@ -111,7 +112,7 @@ def run(data: Path, stage: int, async_save: bool, args: argparse.Namespace) -> d
 def measure_in_process(argv: list[str]) -> None:
     """Runs under the launcher: the real loop, its steps, save calls and publishes timed."""
     config, world, trainer = built_trainer(argv)
-    steps, calls, published = [], [], {}
+    steps, calls, waits, published = [], [], [], {}
 
     def timed(record, work):
         def call(*args, **kwargs):
@@ -125,6 +126,7 @@ def measure_in_process(argv: list[str]) -> None:
 
     trainer.train_step = timed(steps, trainer.train_step)
     trainer.checkpoints.save = timed(calls, trainer.checkpoints.save)
+    trainer.checkpoints.before_update = timed(waits, trainer.checkpoints.before_update)
 
     def after_phase(phase: str, step: int) -> None:
         if phase == "publish":
@@ -134,12 +136,12 @@ def measure_in_process(argv: list[str]) -> None:
     trainer.run()
     if world.is_main:
         every = config.train.save_interval
-        record = stalls(steps, calls, published, every, config.train.max_steps)
+        record = stalls(steps, calls, waits, published, every, config.train.max_steps)
         record.update(snapshot_gib=trainer.checkpoints.snapshot_bytes() / 2**30)
         print("STALL " + json.dumps(record), flush=True)
 
 
-def stalls(steps, calls, published, every: int, max_steps: int) -> dict:
+def stalls(steps, calls, waits, published, every: int, max_steps: int) -> dict:
     """Per counted save (not the end of run's): its stall and wall time (see the docstring)."""
     writes = [(end, published[every * (j + 1)]) for j, (_, end) in enumerate(calls)]
     counted = [j for j in range(len(calls)) if every * (j + 1) < max_steps]
@@ -149,14 +151,15 @@ def stalls(steps, calls, published, every: int, max_steps: int) -> dict:
 
     alone = [e - s for s, e in steps[2:] if not any(during(s, w) for w in writes)]
     base = statistics.median(alone)  # the first steps warm up
-    call, stall, wall = [], [], []
+    call, wait, stall, wall = [], [], [], []
     for j in counted:
         call_start, call_end = calls[j]
         extra = sum(max(0.0, e - s - base) for s, e in steps if during(s, writes[j]))
         call.append(call_end - call_start)
+        wait.append(sum(e - s for s, e in waits if during(s, writes[j])))
         stall.append(call[-1] + extra)
         wall.append(writes[j][1] - call_start)
-    return dict(step_s=base, call_s=call, stall_s=stall, wall_s=wall)
+    return dict(step_s=base, call_s=call, wait_s=wait, stall_s=stall, wall_s=wall)
 
 
 def cpu_model() -> str:
@@ -187,7 +190,8 @@ def main() -> None:
         f"a save every {args.save_every} steps"
     )
     print("seconds per save; step: the median step with no write running")
-    print(f"{'ZeRO':>4} {'save':>5} {'step':>6} {'call':>6} {'stall':>6} {'wall':>6}")
+    columns = ("ZeRO", "save", "step", "call", "wait", "stall", "wall")
+    print(" ".join(f"{c:>{w}}" for c, w in zip(columns, (4, 5, 6, 6, 6, 6, 6), strict=True)))
     os.makedirs(REPO / "runs", exist_ok=True)
     with tempfile.TemporaryDirectory(dir=REPO / "runs") as work:
         data = prepare_data(Path(args.raw), Path(work))
@@ -195,7 +199,7 @@ def main() -> None:
             for async_save in (False, True):
                 r = run(data, stage, async_save, args)
                 mode = "async" if async_save else "sync"
-                mean = {k: statistics.mean(r[f"{k}_s"]) for k in ("call", "stall", "wall")}
+                mean = {k: statistics.mean(r[f"{k}_s"]) for k in ("call", "wait", "stall", "wall")}
                 figures = " ".join(f"{v:6.2f}" for v in (r["step_s"], *mean.values()))
                 print(f"{stage:>4} {mode:>5} {figures}")
                 if args.json:

@@ -19,13 +19,13 @@ agreement before `latest` moves.
 
 from __future__ import annotations
 
-import io
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from deepspeed.runtime.checkpoint_engine import TorchCheckpointEngine
 
@@ -43,11 +43,11 @@ class SerializingEngine(TorchCheckpointEngine):
         else:
             self.kept[path] = state_dict
 
-    def serialized_files(self) -> dict[str, bytes]:
-        """The kept state dicts serialized, by path: the bytes `save_to` would have written."""
-        return {
-            path: serialized(value, self.zipfile_serialization) for path, value in self.kept.items()
-        }
+    def serialized_files(self, arena: HostArena) -> dict[str, HostFile]:
+        """The kept state dicts serialized into `arena`, by path: the bytes `save_to` would
+        have written."""
+        zipfile = self.zipfile_serialization
+        return {path: serialized(value, arena, zipfile) for path, value in self.kept.items()}
 
 
 def save_to(value: Any, path: str, zipfile: bool = True) -> None:
@@ -58,11 +58,65 @@ def save_to(value: Any, path: str, zipfile: bool = True) -> None:
         torch.save(value, f, _use_new_zipfile_serialization=zipfile)
 
 
-def serialized(value: Any, zipfile: bool = True) -> bytes:
-    """The bytes `save_to` writes for `value`."""
-    buffer = io.BytesIO()
-    torch.save(value, buffer, _use_new_zipfile_serialization=zipfile)
-    return buffer.getvalue()
+class HostArena:
+    """Host memory that every snapshot of a run reuses. Touching fresh pages costs more than
+    copying into them (a page fault each, 1-2 s per GiB in a VM), so only the first save pays."""
+
+    def __init__(self):
+        self.blocks: list[np.ndarray] = []
+        self._block = self._offset = 0
+
+    @property
+    def held(self) -> int:
+        """Bytes this arena holds."""
+        return sum(block.size for block in self.blocks)
+
+    def reuse(self) -> None:
+        """Hand out the held memory again (the previous snapshot is written and dropped)."""
+        self._block = self._offset = 0
+
+    def take(self, size: int) -> np.ndarray:
+        """`size` bytes not handed out since the last `reuse`."""
+        while self._block < len(self.blocks):
+            block = self.blocks[self._block]
+            if self._offset + size <= block.size:
+                self._offset += size
+                return block[self._offset - size : self._offset]
+            self._block, self._offset = self._block + 1, 0
+        self.blocks.append(np.empty(max(size, ARENA_BLOCK_BYTES), np.uint8))
+        self._offset = size
+        return self.blocks[-1][:size]
+
+
+# A new block of a HostArena: a tensor's storage takes one of its own when larger, and small
+# records share one, so a run's snapshots take the same blocks every time.
+ARENA_BLOCK_BYTES = 16 << 20
+
+
+class HostFile:
+    """A file's bytes in host memory, as torch.save writes them, copied into `arena` with the
+    GIL released: BytesIO copies holding it, which stalls the training thread for as long."""
+
+    def __init__(self, arena: HostArena):
+        self.arena = arena
+        self.chunks: list[np.ndarray] = []
+
+    def write(self, data: Any) -> int:
+        source = np.frombuffer(data, np.uint8)
+        chunk = self.arena.take(source.size)
+        np.copyto(chunk, source)  # numpy releases the GIL for a copy of plain bytes
+        self.chunks.append(chunk)
+        return source.size
+
+    def flush(self) -> None:
+        """Nothing to flush (torch.save may ask)."""
+
+
+def serialized(value: Any, arena: HostArena, zipfile: bool = True) -> HostFile:
+    """The bytes `save_to` writes for `value`, in `arena`."""
+    host = HostFile(arena)
+    torch.save(value, host, _use_new_zipfile_serialization=zipfile)
+    return host
 
 
 @contextmanager
@@ -77,12 +131,13 @@ def serializing(engine: Any, deferred: bool) -> Iterator[SerializingEngine]:
         engine.checkpoint_engine = writer
 
 
-def write_files(files: dict[str, bytes]) -> None:
-    """Write each snapshot file to its path."""
+def write_files(files: Mapping[str, bytes | HostFile]) -> None:
+    """Write each file (its bytes, or a snapshot's) to its path."""
     for path, data in files.items():
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
-            f.write(data)
+            for chunk in data.chunks if isinstance(data, HostFile) else [data]:
+                f.write(chunk)  # a file's write releases the GIL
 
 
 class BackgroundSave:

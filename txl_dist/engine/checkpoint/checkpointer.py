@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
 from txl_dist.engine.checkpoint import snapshot_memory
-from txl_dist.engine.checkpoint.background import BackgroundSave
+from txl_dist.engine.checkpoint.background import BackgroundSave, HostArena
 from txl_dist.engine.checkpoint.retention import prune
 from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
 from txl_dist.engine.checkpoint.transaction import SaveTransaction
@@ -62,6 +63,7 @@ class Checkpointer:
     """The training data's subword tokenizer, saved into every checkpoint as tokenizer.json
     (None for a word or character vocabulary)."""
     _background: BackgroundSave | None = None
+    _arena: HostArena = dataclasses.field(default_factory=HostArena)  # the snapshots' memory
     _group: Any = None  # the background saves' process group, made by the first one
 
     @classmethod
@@ -135,7 +137,7 @@ class Checkpointer:
             return self._published(transaction.run(), state)
         if self._group is None:  # every rank saves at the same steps: a collective is safe
             self._group = dist.new_group(backend="gloo")
-        transaction.group = self._group
+        transaction.group, transaction.arena = self._group, self._arena
         transaction.take_snapshot()
         self._background = BackgroundSave(
             lambda serialized: self._published(transaction.complete(serialized), state)
@@ -162,9 +164,11 @@ class Checkpointer:
             log.info(snapshot_memory.sizes_line(sizes, self.available_memory()))
 
     def _room_for_snapshots(self, step: int) -> bool:
-        """Whether every machine has host memory for its ranks' snapshots; if not, rank 0
+        """Whether every machine has host memory for what its ranks' snapshots need beyond the
+        memory their arenas hold from earlier saves; if not, rank 0
         warns and every rank saves synchronously (a collective: the ranks agree)."""
-        room = snapshot_memory.room(self.snapshot_bytes(), self.available_memory, step)
+        more = max(0, self.snapshot_bytes() - self._arena.held)  # the arena holds the rest
+        room = snapshot_memory.room(more, self.available_memory, step)
         if room.warning and self.world.is_main:
             log.warning(room.warning)
         return room.fits

@@ -35,6 +35,8 @@ from typing import Any
 import torch.distributed as dist
 
 from txl_dist.engine.checkpoint.background import (
+    HostArena,
+    HostFile,
     SerializingEngine,
     save_to,
     serialized,
@@ -92,8 +94,10 @@ class SaveTransaction:
     own, so that its collectives never interleave with training's."""
     main_files: dict[str, bytes] = dataclasses.field(default_factory=dict)
     """Files rank 0 writes besides its states, by name in the checkpoint (tokenizer.json)."""
-    snapshot: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    snapshot: dict[str, bytes | HostFile] = dataclasses.field(default_factory=dict)
     """This rank's files, by path, serialized for `complete` to write."""
+    arena: HostArena | None = None
+    """The host memory an asynchronous save serializes into (the run's, reused by each save)."""
     kept: SerializingEngine | None = None
     """DeepSpeed's state dicts kept by `take_snapshot`, serialized by `complete`."""
 
@@ -170,12 +174,13 @@ class SaveTransaction:
         with serializing(self.engine, deferred=True) as kept:
             self._save_deepspeed()
         self.kept = kept
-        memories = {self._memories_path(): serialized(self._memories())}
+        self.arena.reuse()  # the previous save, if any, is written: its snapshot is dropped
+        memories = {self._memories_path(): serialized(self._memories(), self.arena)}
         self.snapshot = {**memories, **self._rank_files()}
 
     def _serialize(self) -> None:
         """The kept state dicts serialized into `snapshot`, beside the memories."""
-        self.snapshot.update(self.kept.serialized_files())
+        self.snapshot.update(self.kept.serialized_files(self.arena))
         self.kept = None
 
     def _save_deepspeed(self) -> None:
