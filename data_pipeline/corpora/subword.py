@@ -4,10 +4,11 @@ A prepared root keeps the tokenizer as ``tokenizer.json``; its sha256 stands whe
 vocabulary's stands in every manifest (``vocab_sha256``) and its vocabulary size is
 ``vocab_size``, so ``model.n_token: "auto"`` takes it. Token ids are the tokenizer's own.
 
-``bpe:N`` trains a byte-level BPE of N tokens on the train split's documents, streamed: the
+``bpe:N`` trains a byte-level BPE of N tokens on documents streamed from the train split: the
 trainer keeps one count per distinct pre-token (a word with its leading space), never the text,
-so its memory grows with the corpus's distinct words, not its size. Byte-level BPE covers every
-byte, so decode(encode(document)) == document for any UTF-8 text.
+so its memory grows with the distinct words it sees. txl-prepare hands it a bounded sample
+(``--bpe-sample-bytes``, prepare.py), so that memory stays flat in corpus size. Byte-level BPE
+covers every byte, so decode(encode(document)) == document for any UTF-8 text.
 """
 
 from __future__ import annotations
