@@ -21,6 +21,8 @@ import fsspec
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from data_pipeline.corpora import bytelevel
+from data_pipeline.corpora.bytelevel import ByteLevelEncoder
 from data_pipeline.errors import CorpusFormatError, reading
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -69,8 +71,16 @@ class Subword:
         """sha256 of the tokenizer.json text: what manifests and checkpoints record."""
         return hashlib.sha256(self.json_text.encode("utf-8")).hexdigest()
 
+    @cached_property
+    def byte_level(self) -> ByteLevelEncoder | None:
+        """The fast exact encoder where the tokenizer is a plain byte-level BPE, else None."""
+        return ByteLevelEncoder(self.tokenizer) if bytelevel.fits(self.json_text) else None
+
     def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """int32 ids of the documents back to back, and int64 tokens per document."""
+        """int32 ids of the documents back to back, and int64 tokens per document: what the
+        library's ``encode`` makes of each (by bytelevel.py's encoder where it applies)."""
+        if self.byte_level is not None:
+            return self.byte_level.encode(texts)
         ids, lengths = [], []
         for a in range(0, len(texts), BATCH_DOCUMENTS):
             for encoding in self.tokenizer.encode_batch_fast(
