@@ -43,6 +43,7 @@ import os
 import posixpath
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 
 import fsspec
 import numpy as np
@@ -54,7 +55,7 @@ from data_pipeline.corpora.datasets import Dataset
 from data_pipeline.corpora.records import Texts
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword, bpe_size
 from data_pipeline.errors import CorpusFormatError, DataError, ManifestError, reading
-from data_pipeline.pieces import count_piece, encode_piece, run_pieces
+from data_pipeline.pieces import count_piece, encode_piece, in_own_process, run_pieces
 from data_pipeline.redact import redact_text
 from data_pipeline.shards import (
     FORMAT_VERSION,
@@ -371,7 +372,9 @@ class Job:
         """The vocabulary from the counts of every unit of the vocabulary splits, in order (or
         the BPE tokenizer trained on their documents)."""
         if self.bpe:
-            return self.remember_vocab(Subword.train_bpe(self.bpe, self.vocab_documents()))
+            train = partial(Subword.train_bpe, self.bpe, self.vocab_documents())
+            trained = in_own_process(train, "the process training the tokenizer")
+            return self.remember_vocab(trained)
         counts, missing = WordCounts(), []
         for unit in (u for u in self.units if u.split in self.vocab_splits):
             record = self.records.read("counts", unit, self.fingerprints[unit.split])
