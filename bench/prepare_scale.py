@@ -19,7 +19,8 @@ would do), and peak memory: the main process's resident set (RSS), the largest w
 set (USS) and main RSS + workers' USS at one moment. Workers are forked from the main process,
 so their RSS also counts the pages they share with it (a vocabulary or counts table held before
 the fork): summing RSS would count those twice, and a worker's RSS would follow what the main
-process held when it forked.
+process held when it forked. With ``bpe:N`` the process that trains the tokenizer is one of the
+workers. Last, per mode, how much each peak grew from the first size to the last.
 
 The corpus (seeded; the same arguments give the same bytes): 100 training files
 ``news.en-000NN-of-00100`` and a held-out file ``news.en.heldout-00000-of-00050`` (1/100 of the
@@ -226,14 +227,27 @@ def main() -> None:
         print("| corpus | text | vocabulary | wall s | tokens/s | CPU ns/token | main RSS "
               "| largest worker USS | main RSS + workers' USS |")  # fmt: skip
         print("|---|---|---|---|---|---|---|---|---|")
+        peaks: dict[str, list[Peaks]] = {mode: [] for mode in args.modes}
         for size in args.sizes:
             for mode in args.modes:
                 src = corpus(corpora, size, KINDS[mode], args.text)
-                row = measure(
+                row, peak = measure(
                     src, Path(tmp) / "out", mode, args.workers, args.bpe, args.bpe_sample_mb
                 )
                 print(row, flush=True)
+                peaks[mode].append(peak)
                 shutil.rmtree(Path(tmp) / "out")
+        for mode, seen in peaks.items():
+            print(f"{mode}: peak memory at the largest size against the smallest: {growth(seen)}")
+
+
+def growth(peaks: list[Peaks]) -> str:
+    """How much each peak grew from the first run to the last, e.g. ``main RSS +2%, ...``."""
+    first, last = peaks[0], peaks[-1]
+    names = {"main": "main RSS", "worker": "largest worker USS", "total": "main RSS + workers' USS"}
+    return ", ".join(
+        f"{name} {getattr(last, key) / getattr(first, key) - 1:+.0%}" for key, name in names.items()
+    )
 
 
 KINDS = {"vocab": "lm1b", "build": "lm1b", "bpe": "jsonl", "bpe-text": "text-jsonl"}
@@ -261,8 +275,10 @@ TEXT = {
 }
 
 
-def measure(src: Path, out: Path, mode: str, workers: int, bpe: int, sample_mb: int) -> str:
-    """One txl-prepare run as a table row."""
+def measure(
+    src: Path, out: Path, mode: str, workers: int, bpe: int, sample_mb: int
+) -> tuple[str, Peaks]:
+    """One txl-prepare run: its table row, and its memory peaks."""
     dataset = "lm1b" if KINDS[mode] == "lm1b" else "jsonl"
     cmd = [sys.executable, "-m", "data_pipeline", "--dataset", dataset, "--source",
            str(src), "--out", str(out), "--no-progress", "--workers", str(workers)]  # fmt: skip
@@ -273,11 +289,12 @@ def measure(src: Path, out: Path, mode: str, workers: int, bpe: int, sample_mb: 
     seconds, cpu, peaks, text = run_sampled(cmd)
     tokens = sum(int(n) for n in re.findall(r"^\w+: (\d+) tokens", text, re.M))
     gb = 1 << 30
-    return (
+    row = (
         f"| {tokens / 1e6:.0f}M tokens | {TEXT[mode]} | {VOCABULARY[mode]} | {seconds:.0f} | "
         f"{tokens / seconds / 1e6:.2f}M | {cpu / tokens * 1e9:.0f} | {peaks.main / gb:.2f} GB | "
         f"{peaks.worker / gb:.2f} GB | {peaks.total / gb:.2f} GB |"
     )
+    return row, peaks
 
 
 if __name__ == "__main__":
