@@ -128,15 +128,22 @@ def make_corpus(root: Path, tokens: int, seed: int = 0) -> int:
     return total
 
 
+def jsonl_files(root: Path, words: int) -> list[tuple[Path, int]]:
+    """(path, words) of JSONL_FILES train files sharing ``words`` and of a valid file of 1/100
+    of that, under ``root``; their directories made."""
+    train = root / "train"
+    files = [(train / f"part-{i:03d}.jsonl", words // JSONL_FILES) for i in range(JSONL_FILES)]
+    files.append((root / "valid" / "heldout.jsonl", max(words // 100, 1000)))
+    for path, _ in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return files
+
+
 def make_jsonl_corpus(root: Path, tokens: int, seed: int = 0) -> None:
     """The same sentences as JSONL records under ``root``: ``train/`` holds JSONL_FILES files
     of about ``tokens`` words in all, ``valid/`` one of 1/100 of that."""
     writer = CorpusWriter(seed)
-    train = root / "train"
-    files = [(train / f"part-{i:03d}.jsonl", tokens // JSONL_FILES) for i in range(JSONL_FILES)]
-    files.append((root / "valid" / "heldout.jsonl", max(tokens // 100, 1000)))
-    for path, words in files:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    for path, words in jsonl_files(root, tokens):
         with path.open("w", encoding="utf-8") as f:
             while words > 0:
                 text, n = writer.block(min(TOKENS_PER_BLOCK, words))
@@ -156,11 +163,7 @@ def make_text_jsonl(root: Path, words: int, texts: list[Path]) -> None:
     records = itertools.cycle(
         [(json.dumps({"text": p}) + "\n", len(p.split())) for p in paragraphs if p]
     )
-    train = root / "train"
-    files = [(train / f"part-{i:03d}.jsonl", words // JSONL_FILES) for i in range(JSONL_FILES)]
-    files.append((root / "valid" / "heldout.jsonl", max(words // 100, 1000)))
-    for path, left in files:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    for path, left in jsonl_files(root, words):
         with path.open("w", encoding="utf-8") as f:
             while left > 0:
                 line, n = next(records)
