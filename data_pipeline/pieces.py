@@ -87,7 +87,7 @@ def in_own_process(fn: Callable[[], object], what: str) -> object:
         except BaseException as err:  # noqa: BLE001 -- handed to the parent, which raises it
             send.send((False, err))
 
-    child = ctx.Process(target=run)
+    child = ctx.Process(target=run, daemon=True)  # ends with this process, whatever ends it
     child.start()
     send.close()
     try:
