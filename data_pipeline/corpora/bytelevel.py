@@ -118,17 +118,18 @@ class ByteLevelEncoder:
         self.classes.learn(set(NON_ASCII.findall("".join(t for t in texts if not t.isascii()))))
         ids: list[int] = []
         lengths = []
-        cached = self.cache.get
+        cached = self.cache.__getitem__
         for text in texts:
+            before = len(ids)
             pre_tokens = self.pre_tokens(text)
             if pre_tokens is None:
-                found = [self.tokenizer.encode(text, add_special_tokens=False).ids]
+                ids += self.tokenizer.encode(text, add_special_tokens=False).ids
             else:
-                found = list(map(cached, pre_tokens))  # no Python call per pre-token
-                if None in found:
-                    found = [f or self.ids_of(p) for p, f in zip(pre_tokens, found)]
-            before = len(ids)
-            ids += itertools.chain.from_iterable(found)
+                try:  # no Python call per pre-token while all are cached
+                    ids += itertools.chain.from_iterable(map(cached, pre_tokens))
+                except KeyError:
+                    del ids[before:]
+                    ids += itertools.chain.from_iterable(map(self.ids_of, pre_tokens))
             lengths.append(len(ids) - before)
         return np.array(ids, np.int32), np.array(lengths, np.int64)
 
@@ -140,7 +141,9 @@ class ByteLevelEncoder:
         return self.classes.regex.findall(text)
 
     def ids_of(self, pre_token: str) -> tuple[int, ...]:
-        """The BPE ids of a pre-token, asked of the library's model and cached."""
+        """The BPE ids of a pre-token, cached (else asked of the library's model)."""
+        if (ids := self.cache.get(pre_token)) is not None:
+            return ids
         if len(self.cache) >= CACHE_ENTRIES:
             self.cache.clear()
         tokens = self.model.tokenize(self.byte_level(pre_token))
