@@ -294,8 +294,8 @@ def measure(
     gb = 1 << 30
     row = (
         f"| {tokens / 1e6:.0f}M tokens | {TEXT[mode]} | {VOCABULARY[mode]} | {seconds:.0f} | "
-        f"{tokens / seconds / 1e6:.2f}M | {cpu / tokens * 1e9:.0f} | {peaks.main / gb:.2f} GB | "
-        f"{peaks.worker / gb:.2f} GB | {peaks.total / gb:.2f} GB |"
+        f"{tokens / seconds / 1e6:.2f}M | {cpu / tokens * 1e9:.0f} | {peaks.main / gb:.3f} GB | "
+        f"{peaks.worker / gb:.3f} GB | {peaks.total / gb:.3f} GB |"
     )
     return row, peaks
 
