@@ -1,20 +1,26 @@
 """How txl-prepare scales with the corpus: tokens/s and peak resident memory per process.
 
-    python bench/prepare_scale.py [--sizes 50 200 800] [--workers 2] [--modes vocab build bpe]
-                                  [--bpe 32000] [--corpora DIR]
+    python bench/prepare_scale.py [--sizes 50 200 800] [--workers 2]
+                                  [--modes vocab build bpe bpe-text] [--bpe 32000]
+                                  [--bpe-sample-mb 32] [--text FILE ...] [--corpora DIR]
 
 For each size (millions of prepared tokens, ``<S>`` markers included) it generates an
 lm1b-shaped corpus (below), then runs ``txl-prepare --dataset lm1b`` on it twice, with the
 corpus's ``--vocab`` file and building the vocabulary; mode ``bpe`` writes the same sentences as
 JSONL records (10 sentences each, 20 train files) and runs ``txl-prepare --dataset jsonl
---tokenizer bpe:N``, training the BPE and encoding with it (its tokens are BPE tokens). Each run
+--tokenizer bpe:N --bpe-sample-bytes S``, training the BPE on a sample of S bytes of the train
+split and encoding with it (its tokens are BPE tokens). Mode ``bpe-text`` does the same with
+real text: the non-blank lines (paragraphs) of the ``--text`` files as JSONL records, repeated in
+order until the size (in words), so its words are real ones, but no more distinct than those
+files hold (the tokenizer's cache hits more often than on a corpus of that size). Each run
 is a separate process tree whose resident memory is sampled every 50 ms: it prints wall time,
 tokens/s, CPU time per token (all processes; on a shared machine 2e9 / that is what 2 free cores
 would do), and peak memory: the main process's resident set (RSS), the largest worker's unique
 set (USS) and main RSS + workers' USS at one moment. Workers are forked from the main process,
 so their RSS also counts the pages they share with it (a vocabulary or counts table held before
 the fork): summing RSS would count those twice, and a worker's RSS would follow what the main
-process held when it forked.
+process held when it forked. With ``bpe:N`` the process that trains the tokenizer is one of the
+workers. Last, per mode, how much each peak grew from the first size to the last.
 
 The corpus (seeded; the same arguments give the same bytes): 100 training files
 ``news.en-000NN-of-00100`` and a held-out file ``news.en.heldout-00000-of-00050`` (1/100 of the
@@ -28,6 +34,7 @@ types (the size of lm1b's ``1b_word_vocab.txt``), ``word count`` per line.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import resource
@@ -48,6 +55,7 @@ TRAIN_FILES = 100
 TOKENS_PER_BLOCK = 1 << 21  # generated at a time, to bound the generator's own memory
 JSONL_FILES = 20
 SENTENCES_PER_RECORD = 10
+MODES = ("vocab", "build", "bpe", "bpe-text")
 
 
 def type_table(types: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -120,15 +128,22 @@ def make_corpus(root: Path, tokens: int, seed: int = 0) -> int:
     return total
 
 
+def jsonl_files(root: Path, words: int) -> list[tuple[Path, int]]:
+    """(path, words) of JSONL_FILES train files sharing ``words`` and of a valid file of 1/100
+    of that, under ``root``; their directories made."""
+    train = root / "train"
+    files = [(train / f"part-{i:03d}.jsonl", words // JSONL_FILES) for i in range(JSONL_FILES)]
+    files.append((root / "valid" / "heldout.jsonl", max(words // 100, 1000)))
+    for path, _ in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return files
+
+
 def make_jsonl_corpus(root: Path, tokens: int, seed: int = 0) -> None:
     """The same sentences as JSONL records under ``root``: ``train/`` holds JSONL_FILES files
     of about ``tokens`` words in all, ``valid/`` one of 1/100 of that."""
     writer = CorpusWriter(seed)
-    train = root / "train"
-    files = [(train / f"part-{i:03d}.jsonl", tokens // JSONL_FILES) for i in range(JSONL_FILES)]
-    files.append((root / "valid" / "heldout.jsonl", max(tokens // 100, 1000)))
-    for path, words in files:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    for path, words in jsonl_files(root, tokens):
         with path.open("w", encoding="utf-8") as f:
             while words > 0:
                 text, n = writer.block(min(TOKENS_PER_BLOCK, words))
@@ -137,6 +152,23 @@ def make_jsonl_corpus(root: Path, tokens: int, seed: int = 0) -> None:
                     f.write(json.dumps({"text": "\n".join(lines[a : a + SENTENCES_PER_RECORD])}))
                     f.write("\n")
                 words -= n
+
+
+def make_text_jsonl(root: Path, words: int, texts: list[Path]) -> None:
+    """The paragraphs of ``texts`` as JSONL records, repeated, under ``root``: ``train/`` holds
+    JSONL_FILES files of about ``words`` words in all, ``valid/`` one of 1/100 of that."""
+    paragraphs = [
+        line.strip() for path in texts for line in path.read_text(encoding="utf-8").splitlines()
+    ]
+    records = itertools.cycle(
+        [(json.dumps({"text": p}) + "\n", len(p.split())) for p in paragraphs if p]
+    )
+    for path, left in jsonl_files(root, words):
+        with path.open("w", encoding="utf-8") as f:
+            while left > 0:
+                line, n = next(records)
+                f.write(line)
+                left -= n
 
 
 @dataclass
@@ -183,53 +215,89 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 800], help="M tokens")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--modes", nargs="+", default=["vocab", "build", "bpe"], choices=MODES)
+    p.add_argument("--bpe", type=int, default=32000, help="BPE vocabulary size (modes bpe*)")
     p.add_argument(
-        "--modes", nargs="+", default=["vocab", "build", "bpe"], choices=["vocab", "build", "bpe"]
+        "--bpe-sample-mb", type=int, default=32, help="MiB of the train split the BPE learns from"
     )
-    p.add_argument("--bpe", type=int, default=32000, help="BPE vocabulary size (mode bpe)")
+    p.add_argument("--text", type=Path, nargs="+", help="real text files (mode bpe-text)")
     p.add_argument("--corpora", type=Path, help="keep generated corpora here (reused if there)")
     args = p.parse_args()
+    if "bpe-text" in args.modes and not args.text:
+        p.error("mode bpe-text needs --text FILE ... (e.g. WikiText-103's wiki.train.tokens)")
     with tempfile.TemporaryDirectory() as tmp:
         corpora = args.corpora or Path(tmp)
-        print("| corpus | vocabulary | wall s | tokens/s | CPU ns/token | main RSS "
+        print("| corpus | text | vocabulary | wall s | tokens/s | CPU ns/token | main RSS "
               "| largest worker USS | main RSS + workers' USS |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
+        peaks: dict[str, list[Peaks]] = {mode: [] for mode in args.modes}
         for size in args.sizes:
             for mode in args.modes:
-                src = corpus(corpora, size, "jsonl" if mode == "bpe" else "lm1b")
-                print(measure(src, Path(tmp) / "out", mode, args.workers, args.bpe), flush=True)
+                src = corpus(corpora, size, KINDS[mode], args.text)
+                row, peak = measure(
+                    src, Path(tmp) / "out", mode, args.workers, args.bpe, args.bpe_sample_mb
+                )
+                print(row, flush=True)
+                peaks[mode].append(peak)
                 shutil.rmtree(Path(tmp) / "out")
+        for mode, seen in peaks.items():
+            print(f"{mode}: peak memory at the largest size against the smallest: {growth(seen)}")
 
 
-def corpus(corpora: Path, size: int, kind: str) -> Path:
-    """The generated corpus of ``size`` M tokens (``lm1b`` files or ``jsonl`` records)."""
+def growth(peaks: list[Peaks]) -> str:
+    """How much each peak grew from the first run to the last, e.g. ``main RSS +2%, ...``."""
+    first, last = peaks[0], peaks[-1]
+    names = {"main": "main RSS", "worker": "largest worker USS", "total": "main RSS + workers' USS"}
+    return ", ".join(
+        f"{name} {getattr(last, key) / getattr(first, key) - 1:+.0%}" for key, name in names.items()
+    )
+
+
+KINDS = {"vocab": "lm1b", "build": "lm1b", "bpe": "jsonl", "bpe-text": "text-jsonl"}
+
+
+def corpus(corpora: Path, size: int, kind: str, texts: list[Path] | None) -> Path:
+    """The generated corpus of ``size`` M tokens (``lm1b`` files, ``jsonl`` records of the same
+    sentences, or ``text-jsonl`` records of real text)."""
     src = corpora / f"{kind}-{size}M"
     if not (src / ".done").exists():
-        (make_jsonl_corpus if kind == "jsonl" else make_corpus)(src, size * 1_000_000)
+        if kind == "text-jsonl":
+            make_text_jsonl(src, size * 1_000_000, texts)
+        else:
+            (make_jsonl_corpus if kind == "jsonl" else make_corpus)(src, size * 1_000_000)
         (src / ".done").touch()
     return src
 
 
-VOCABULARY = {"vocab": "--vocab", "build": "built", "bpe": "BPE trained"}
+VOCABULARY = {"vocab": "--vocab", "build": "built", "bpe": "BPE trained", "bpe-text": "BPE trained"}
+TEXT = {
+    "vocab": "synthetic",
+    "build": "synthetic",
+    "bpe": "synthetic",
+    "bpe-text": "real, repeated",
+}
 
 
-def measure(src: Path, out: Path, mode: str, workers: int, bpe: int) -> str:
-    """One txl-prepare run as a table row."""
-    dataset = "jsonl" if mode == "bpe" else "lm1b"
+def measure(
+    src: Path, out: Path, mode: str, workers: int, bpe: int, sample_mb: int
+) -> tuple[str, Peaks]:
+    """One txl-prepare run: its table row, and its memory peaks."""
+    dataset = "lm1b" if KINDS[mode] == "lm1b" else "jsonl"
     cmd = [sys.executable, "-m", "data_pipeline", "--dataset", dataset, "--source",
            str(src), "--out", str(out), "--no-progress", "--workers", str(workers)]  # fmt: skip
     if mode == "vocab":
         cmd += ["--vocab", str(src / "1b_word_vocab.txt")]
-    if mode == "bpe":
-        cmd += ["--tokenizer", f"bpe:{bpe}"]
+    if dataset == "jsonl":
+        cmd += ["--tokenizer", f"bpe:{bpe}", "--bpe-sample-bytes", str(sample_mb << 20)]
     seconds, cpu, peaks, text = run_sampled(cmd)
     tokens = sum(int(n) for n in re.findall(r"^\w+: (\d+) tokens", text, re.M))
     gb = 1 << 30
-    return (
-        f"| {tokens / 1e6:.0f}M tokens | {VOCABULARY[mode]} | {seconds:.0f} | "
-        f"{tokens / seconds / 1e6:.2f}M | {cpu / tokens * 1e9:.0f} | {peaks.main / gb:.2f} GB | "
-        f"{peaks.worker / gb:.2f} GB | {peaks.total / gb:.2f} GB |"
+    row = (
+        f"| {tokens / 1e6:.0f}M tokens | {TEXT[mode]} | {VOCABULARY[mode]} | {seconds:.0f} | "
+        f"{tokens / seconds / 1e6:.2f}M | {cpu / tokens * 1e9:.0f} | {peaks.main / gb:.3f} GB | "
+        f"{peaks.worker / gb:.3f} GB | {peaks.total / gb:.3f} GB |"
     )
+    return row, peaks
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from data_pipeline.corpora.charlevel import DEFAULT_TEST_CHARS
 from data_pipeline.corpora.datasets import DATASETS
 from data_pipeline.errors import DataError
 from data_pipeline.prepare import (
+    DEFAULT_BPE_SAMPLE_BYTES,
     DEFAULT_CACHE,
     DEFAULT_SAMPLE_TOKENS,
     DEFAULT_SHARD_TOKENS,
@@ -51,6 +52,11 @@ def parser() -> argparse.ArgumentParser:
         "--tokenizer", metavar="FILE|bpe:N",
         help="jsonl/parquet: a tokenizer.json (any fsspec URL), or bpe:N to train a byte-level "
         "BPE of N tokens on the train split",
+    )  # fmt: skip
+    p.add_argument(
+        "--bpe-sample-bytes", type=int, default=DEFAULT_BPE_SAMPLE_BYTES,
+        help="bpe:N: train on this many bytes of the train split, whole 4 MiB pieces spread evenly "
+        "over it, so memory stays flat in corpus size (default: 256 MiB; the manifest says it)",
     )  # fmt: skip
     p.add_argument("--text-field", default="text", help="jsonl/parquet: the field of the text")
     p.add_argument(
@@ -127,6 +133,7 @@ def settings_of(args: argparse.Namespace, out_options: dict, source_options: dic
     return Settings(
         args.dataset, args.out, args.source, vocab=args.vocab, tokenizer=args.tokenizer,
         text_field=args.text_field, skip_bad_records=args.skip_bad_records,
+        bpe_sample_bytes=args.bpe_sample_bytes,
         shard_size=args.shard_size,
         sample_size=args.sample_size, unit_bytes=args.unit_bytes, workers=args.workers,
         min_count=args.min_count, text_docs=args.text_docs, test_chars=args.test_chars,

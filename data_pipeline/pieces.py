@@ -73,6 +73,34 @@ def encode_piece(documents: Documents, piece: Piece, storage_options: dict) -> P
     )
 
 
+def in_own_process(fn: Callable[[], object], what: str) -> object:
+    """``fn()``, run in a forked process of its own: the memory it takes goes back whole when it
+    ends, where this process's heap would keep it, and pass it on to every worker forked later
+    (their unique memory then grows as they reuse it). An exception it raises is raised here;
+    ``what`` names the work if the process dies without a word."""
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+
+    def run() -> None:
+        try:
+            send.send((True, fn()))
+        except BaseException as err:  # noqa: BLE001 -- handed to the parent, which raises it
+            send.send((False, err))
+
+    child = ctx.Process(target=run, daemon=True)  # ends with this process, whatever ends it
+    child.start()
+    send.close()
+    try:
+        ok, result = receive.recv()
+    except EOFError:  # killed before it could answer (out of memory, a signal)
+        child.join()
+        raise RuntimeError(f"{what} died (exit code {child.exitcode}); out of memory?") from None
+    child.join()
+    if not ok:
+        raise result
+    return result
+
+
 def run_pieces(
     fn: Callable, documents: Documents, pieces: list[Piece], storage_options: dict, workers: int,
     vocab: Vocab | Subword | None = None,

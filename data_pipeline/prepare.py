@@ -17,8 +17,11 @@ vocabulary takes two rounds (parts, merge, parts, merge); with ``--vocab`` one. 
 units already done, so a failed part is simply run again.
 
 Record datasets (jsonl, parquet) are tokenized by a subword tokenizer instead (``--tokenizer
-FILE``, or ``bpe:N`` trained by the first merge on the train split's documents, streamed:
-corpora/subword.py); the root keeps it as tokenizer.json where vocab.txt would be.
+FILE``, or ``bpe:N`` trained by the first merge on a sample of the train split's documents,
+streamed: corpora/subword.py); the root keeps it as tokenizer.json where vocab.txt would be. The
+sample is ``--bpe-sample-bytes`` of source, whole pieces spread evenly over the split
+(units.evenly_spaced), so the trainer's memory, which grows with the distinct words it counts,
+stays flat however large the corpus; every manifest records the sample's size.
 
 Reruns reuse what is done: a split whose manifest records the same input fingerprint (files,
 sizes, modification times, options) and vocabulary, and whose shards are all present, is kept.
@@ -40,6 +43,7 @@ import os
 import posixpath
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 
 import fsspec
 import numpy as np
@@ -51,7 +55,7 @@ from data_pipeline.corpora.datasets import Dataset
 from data_pipeline.corpora.records import Texts
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword, bpe_size
 from data_pipeline.errors import CorpusFormatError, DataError, ManifestError, reading
-from data_pipeline.pieces import count_piece, encode_piece, run_pieces
+from data_pipeline.pieces import count_piece, encode_piece, in_own_process, run_pieces
 from data_pipeline.redact import redact_text
 from data_pipeline.shards import (
     FORMAT_VERSION,
@@ -66,6 +70,7 @@ from data_pipeline.units import (
     DEFAULT_UNIT_BYTES,
     Records,
     Unit,
+    evenly_spaced,
     part_units,
     split_units,
 )
@@ -76,6 +81,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SHARD_TOKENS = 1 << 24
 DEFAULT_SAMPLE_TOKENS = 1 << 16
+DEFAULT_BPE_SAMPLE_BYTES = 1 << 28
 PIECE_BYTES = 1 << 22
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "txl-dist")
 
@@ -89,6 +95,7 @@ def prepare(
     tokenizer: str | None = None,
     text_field: str = "text",
     skip_bad_records: bool = False,
+    bpe_sample_bytes: int = DEFAULT_BPE_SAMPLE_BYTES,
     shard_size: int = DEFAULT_SHARD_TOKENS,
     sample_size: int = DEFAULT_SAMPLE_TOKENS,
     unit_bytes: int = DEFAULT_UNIT_BYTES,
@@ -109,7 +116,8 @@ def prepare(
     """
     settings = Settings(
         dataset, out, source, vocab=vocab, tokenizer=tokenizer, text_field=text_field,
-        skip_bad_records=skip_bad_records, shard_size=shard_size, sample_size=sample_size,
+        skip_bad_records=skip_bad_records, bpe_sample_bytes=bpe_sample_bytes,
+        shard_size=shard_size, sample_size=sample_size,
         unit_bytes=unit_bytes, workers=workers, piece_bytes=piece_bytes, min_count=min_count,
         text_docs=text_docs, test_chars=test_chars, source_checksum=source_checksum,
         cache_dir=cache_dir, out_options=out_options or {}, source_options=source_options or {},
@@ -145,6 +153,8 @@ class Settings:
     """Record datasets: the field (JSONL) or column (Parquet) holding a document's text."""
     skip_bad_records: bool = False
     """Record datasets: leave out (and count) malformed records instead of stopping."""
+    bpe_sample_bytes: int = DEFAULT_BPE_SAMPLE_BYTES
+    """``bpe:N``: source bytes of the train split to train on, whole pieces spread evenly."""
     shard_size: int = DEFAULT_SHARD_TOKENS
     """Most tokens in a shard."""
     sample_size: int = DEFAULT_SAMPLE_TOKENS
@@ -176,6 +186,8 @@ class Settings:
         check_layout(self.sample_size, self.shard_size)
         self.spec.documents_for(self.text_docs)  # a text_docs with no meaning is refused
         check_tokenization(self.spec, self.tokenizer, self.vocab)
+        if self.bpe_sample_bytes < 1:
+            raise ValueError(f"--bpe-sample-bytes {self.bpe_sample_bytes} must be at least 1")
 
     @property
     def spec(self) -> Dataset:
@@ -247,6 +259,8 @@ class Job:
         inputs = {"min_count": self.min_count, "vocab": identity, "unit_bytes": settings.unit_bytes}
         if settings.tokenizer:
             inputs["tokenizer"] = self.bpe or file_identity(settings.tokenizer, self.source_options)
+            if self.bpe:  # which pieces the sample takes follows these two
+                inputs["bpe_sample"] = [settings.bpe_sample_bytes, settings.piece_bytes]
             inputs["records"] = asdict(self.documents.tokenization)
         self.fingerprints = {s: self.fingerprint(s, inputs) for s in self.files}
         train_only = "train" in self.files and not spec.vocab_from_all_splits
@@ -358,7 +372,9 @@ class Job:
         """The vocabulary from the counts of every unit of the vocabulary splits, in order (or
         the BPE tokenizer trained on their documents)."""
         if self.bpe:
-            return self.remember_vocab(Subword.train_bpe(self.bpe, self.vocab_documents()))
+            train = partial(Subword.train_bpe, self.bpe, self.vocab_documents())
+            trained = in_own_process(train, "the process training the tokenizer")
+            return self.remember_vocab(trained)
         counts, missing = WordCounts(), []
         for unit in (u for u in self.units if u.split in self.vocab_splits):
             record = self.records.read("counts", unit, self.fingerprints[unit.split])
@@ -376,11 +392,21 @@ class Job:
         return self.remember_vocab(Vocab.build(words, counts.counts, self.specials, self.min_count))
 
     def vocab_documents(self) -> Iterator[str]:
-        """The documents of the vocabulary splits, streamed in corpus order."""
-        for unit in (u for u in self.units if u.split in self.vocab_splits):
-            for piece in unit.pieces(self.settings.piece_bytes):
-                for texts, _ in self.documents.texts(*piece, self.source_options):
-                    yield from texts
+        """The documents of the tokenizer's training sample, streamed in corpus order."""
+        for piece in self.bpe_sample():
+            for texts, _ in self.documents.texts(*piece, self.source_options):
+                yield from texts
+
+    def bpe_sample(self) -> list[tuple[str, int, int, int]]:
+        """The pieces of the vocabulary splits a BPE is trained on: --bpe-sample-bytes of
+        them, spread evenly (all of them when the splits are smaller)."""
+        units = (u for u in self.units if u.split in self.vocab_splits)
+        pieces = [p for u in units for p in u.pieces(self.settings.piece_bytes)]
+        return evenly_spaced(pieces, self.settings.bpe_sample_bytes)
+
+    def bpe_sample_bytes(self) -> int | None:
+        """Source bytes of the BPE's training sample; None when the tokenizer was given."""
+        return sum(stop - start for _, start, stop, _ in self.bpe_sample()) if self.bpe else None
 
     def remember_vocab(self, voc: Vocab | Subword) -> Vocab | Subword:
         """Save a built vocabulary and record which inputs it was built from."""
@@ -464,6 +490,7 @@ class Job:
             fingerprint=self.fingerprints[split],
             shards=shards,
             level=self.settings.spec.level,
+            tokenizer_sample_bytes=self.bpe_sample_bytes(),
         )
         if manifest.tokens == 0:
             self.no_text(split, "only blank lines")

@@ -134,6 +134,9 @@ class Manifest:
     level: str = "word"
     """``char`` or ``word``: what one token is (char-level losses read as bits per character);
     manifests written before this field are word-level."""
+    tokenizer_sample_bytes: int | None = None
+    """``--tokenizer bpe:N``: bytes of the train split's source the tokenizer was trained on (a
+    sample spread evenly over it); None when the vocabulary was given or built from all of it."""
 
     def to_json(self) -> str:
         """Serialized manifest."""

@@ -57,6 +57,17 @@ class Unit:
         return sum(stop - start for _, start, stop, _ in self.ranges)
 
 
+def evenly_spaced(pieces: list[tuple[str, int, int, int]], budget: int) -> list:
+    """As many of ``pieces`` as ``budget`` bytes hold (at least one), spread evenly over them in
+    order: all of them when they fit. The choice depends on nothing but the pieces and budget."""
+    total = sum(stop - start for _, start, stop, _ in pieces)
+    if total <= budget:
+        return pieces
+    n = len(pieces)
+    k = max(1, n * budget // total)
+    return [pieces[(2 * j + 1) * n // (2 * k)] for j in range(k)]
+
+
 def usable_size(url: str, documents: Documents, storage_options: dict) -> int:
     """Bytes of a file that hold documents (a WikiText file's cut last article excluded)."""
     fs, path = fsspec.core.url_to_fs(url, **storage_options)

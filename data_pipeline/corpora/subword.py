@@ -4,10 +4,11 @@ A prepared root keeps the tokenizer as ``tokenizer.json``; its sha256 stands whe
 vocabulary's stands in every manifest (``vocab_sha256``) and its vocabulary size is
 ``vocab_size``, so ``model.n_token: "auto"`` takes it. Token ids are the tokenizer's own.
 
-``bpe:N`` trains a byte-level BPE of N tokens on the train split's documents, streamed: the
+``bpe:N`` trains a byte-level BPE of N tokens on documents streamed from the train split: the
 trainer keeps one count per distinct pre-token (a word with its leading space), never the text,
-so its memory grows with the corpus's distinct words, not its size. Byte-level BPE covers every
-byte, so decode(encode(document)) == document for any UTF-8 text.
+so its memory grows with the distinct words it sees. txl-prepare hands it a bounded sample
+(``--bpe-sample-bytes``, prepare.py), so that memory stays flat in corpus size. Byte-level BPE
+covers every byte, so decode(encode(document)) == document for any UTF-8 text.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import fsspec
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from data_pipeline.corpora import bytelevel
+from data_pipeline.corpora.bytelevel import ByteLevelEncoder
 from data_pipeline.errors import CorpusFormatError, reading
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -68,8 +71,16 @@ class Subword:
         """sha256 of the tokenizer.json text: what manifests and checkpoints record."""
         return hashlib.sha256(self.json_text.encode("utf-8")).hexdigest()
 
+    @cached_property
+    def byte_level(self) -> ByteLevelEncoder | None:
+        """The fast exact encoder where the tokenizer is a plain byte-level BPE, else None."""
+        return ByteLevelEncoder(self.tokenizer) if bytelevel.fits(self.json_text) else None
+
     def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """int32 ids of the documents back to back, and int64 tokens per document."""
+        """int32 ids of the documents back to back, and int64 tokens per document: what the
+        library's ``encode`` makes of each (by bytelevel.py's encoder where it applies)."""
+        if self.byte_level is not None:
+            return self.byte_level.encode(texts)
         ids, lengths = [], []
         for a in range(0, len(texts), BATCH_DOCUMENTS):
             for encoding in self.tokenizer.encode_batch_fast(

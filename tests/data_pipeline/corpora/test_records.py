@@ -101,6 +101,21 @@ def test_jsonl_shards_hold_the_tokenizers_encoding_of_each_record(jsonl_source, 
     assert all(line.endswith("OK") for line in verify(str(out)))
 
 
+def test_bpe_is_trained_on_a_bounded_sample_the_manifest_states(tmp_path, wikitext103_articles):
+    train = wikitext103_articles[:70]
+    write_jsonl(tmp_path / "src" / "train" / "articles.jsonl", train)
+    size = (tmp_path / "src" / "train" / "articles.jsonl").stat().st_size
+    runs = {}
+    for budget in (size, size // 4):
+        out = tmp_path / f"out-{budget}"
+        args = {"tokenizer": "bpe:400", "bpe_sample_bytes": budget, **PIECES, **LAYOUT}
+        runs[budget] = prepare("jsonl", str(out), str(tmp_path / "src"), **args)["train"]
+        assert_split_is_the_library_encoding(out, "train", train)
+    assert runs[size].tokenizer_sample_bytes == size  # a budget the split fits: all of it
+    assert 0 < runs[size // 4].tokenizer_sample_bytes <= size // 4
+    assert runs[size // 4].vocab_sha256 != runs[size].vocab_sha256
+
+
 def test_parquet_shards_hold_the_encoding_of_a_given_tokenizer_file(
     tmp_path, wikitext103_articles, lm1b_sentences
 ):

@@ -1,0 +1,67 @@
+"""The fast byte-level BPE encoder gives the library's own encoding of every document."""
+
+from __future__ import annotations
+
+import pytest
+from tokenizers import AddedToken, Tokenizer, normalizers
+
+from data_pipeline.corpora import bytelevel
+from data_pipeline.corpora.subword import Subword
+
+# Whitespace, letters, numbers and marks outside ASCII, contractions, runs of spaces.
+EDGES = [
+    "",
+    "it's, they'll've 'd 'S  x   \t\n\r\n  ",
+    "Ünïcødé — 東京\u00a0nbsp\u2028line\u3000wide ²³ ⅻ e\u0301 🙂\x1c\x1f\x85 ",
+    "   leading and trailing   ",
+    "1990s–2000s: 3.14 ½ ١٢٣ — «quotes» ‘single’ “double”",
+]
+
+
+def library_ids(tokenizer: Tokenizer, documents: list[str]) -> list[int]:
+    return [i for d in documents for i in tokenizer.encode(d, add_special_tokens=False).ids]
+
+
+def test_real_text_encodes_to_the_librarys_ids(wikitext103_articles, lm1b_sentences, monkeypatch):
+    monkeypatch.setattr(bytelevel, "CACHE_ENTRIES", 500)  # the cache starts again many times
+    documents = wikitext103_articles[:40] + lm1b_sentences[:2000] + EDGES
+    subword = Subword.train_bpe(2000, iter(wikitext103_articles[40:80] + EDGES))
+    assert subword.byte_level is not None
+    ids, lengths = subword.encode_documents(documents)
+    assert ids.tolist() == library_ids(subword.tokenizer, documents)
+    expected = [len(subword.tokenizer.encode(d, add_special_tokens=False)) for d in documents]
+    assert lengths.tolist() == expected
+    # Split where the library splits (a BPE rarely has merges across pre-tokens to show it).
+    encoder, library = subword.byte_level, subword.tokenizer.pre_tokenizer
+    for document in documents:
+        pre_tokens = [encoder.byte_level(p) for p in encoder.pre_tokens(document)]
+        assert pre_tokens == [p for p, _ in library.pre_tokenize_str(document)]
+
+
+def test_ascii_characters_are_in_the_librarys_classes():
+    encoder = Subword.train_bpe(300, iter(["a b"])).byte_level
+    probe = encoder.classes.probe
+    for char in map(chr, range(128)):
+        for before in bytelevel.PROBES.values():
+            library = len(probe.pre_tokenize_str(before + char))
+            assert len(encoder.classes.regex.findall(before + char)) == library, repr(char)
+
+
+def test_a_character_of_no_class_leaves_its_document_to_the_library(lm1b_sentences):
+    subword = Subword.train_bpe(300, iter(lm1b_sentences[:100]))
+    with pytest.raises(TypeError, match="TextInputSequence must be str"):  # as the library
+        subword.encode_documents([lm1b_sentences[0], "a lone surrogate \ud800 in JSON"])
+
+
+def test_other_tokenizers_are_left_to_the_library(lm1b_sentences):
+    trained = Subword.train_bpe(400, iter(lm1b_sentences[:500]))
+    for change in (
+        lambda t: setattr(t, "normalizer", normalizers.Lowercase()),
+        lambda t: t.add_tokens([AddedToken("the year", normalized=False)]),
+    ):
+        tokenizer = Tokenizer.from_str(trained.json_text)
+        change(tokenizer)
+        other = Subword(tokenizer.to_str())
+        assert other.byte_level is None
+        documents = lm1b_sentences[500:700]
+        assert other.encode_documents(documents)[0].tolist() == library_ids(tokenizer, documents)
