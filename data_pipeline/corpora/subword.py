@@ -14,6 +14,7 @@ covers every byte, so decode(encode(document)) == document for any UTF-8 text.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable, Iterator
 from functools import cached_property
 
@@ -27,6 +28,7 @@ from data_pipeline.errors import CorpusFormatError, reading
 
 TOKENIZER_FILE = "tokenizer.json"
 BPE_PREFIX = "bpe:"
+LIBRARY_ENCODER_ENV = "TXL_LIBRARY_ENCODER"  # =1: no fast byte-level encoder (bytelevel.py)
 # Documents per call of encode_batch: enough for its threads, few enough to bound memory.
 BATCH_DOCUMENTS = 1024
 
@@ -73,8 +75,11 @@ class Subword:
 
     @cached_property
     def byte_level(self) -> ByteLevelEncoder | None:
-        """The fast exact encoder where the tokenizer is a plain byte-level BPE, else None."""
-        return ByteLevelEncoder(self.tokenizer) if bytelevel.fits(self.json_text) else None
+        """The fast exact encoder where the tokenizer is a plain byte-level BPE, else None (and
+        where TXL_LIBRARY_ENCODER=1 asks for the library alone)."""
+        if os.environ.get(LIBRARY_ENCODER_ENV) == "1" or not bytelevel.fits(self.json_text):
+            return None
+        return ByteLevelEncoder(self.tokenizer)
 
     def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """int32 ids of the documents back to back, and int64 tokens per document: what the

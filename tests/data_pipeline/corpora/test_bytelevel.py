@@ -65,3 +65,22 @@ def test_other_tokenizers_are_left_to_the_library(lm1b_sentences):
         assert other.byte_level is None
         documents = lm1b_sentences[500:700]
         assert other.encode_documents(documents)[0].tolist() == library_ids(tokenizer, documents)
+
+
+def test_a_sampled_document_the_library_encodes_otherwise_stops_the_encoding(
+    wikitext103_articles, monkeypatch
+):
+    subword = Subword.train_bpe(500, iter(wikitext103_articles[:20]))
+    encoder = subword.byte_level
+    monkeypatch.setattr(bytelevel, "CHECK_EVERY", 3)
+    documents = ["the cat sat", "on the mat", "of the house"]
+    encoder.encode(documents)  # the third is checked: it agrees
+    encoder.cache[" house"] = (7,)  # an encoder that gets one pre-token wrong
+    with pytest.raises(
+        bytelevel.EncoderMismatch,
+        match=r"disagree at token \d+ of a document "
+        r"starting 'of the house'; prepare with TXL_LIBRARY_ENCODER=1",
+    ):
+        encoder.encode(documents)
+    monkeypatch.setenv("TXL_LIBRARY_ENCODER", "1")  # the way out it names
+    assert Subword(subword.json_text).byte_level is None
