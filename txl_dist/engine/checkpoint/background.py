@@ -59,38 +59,56 @@ def save_to(value: Any, path: str, zipfile: bool = True) -> None:
 
 
 class HostArena:
-    """Host memory that every snapshot of a run reuses. Touching fresh pages costs more than
-    copying into them (a page fault each, 1-2 s per GiB in a VM), so only the first save pays."""
+    """Host memory that every snapshot of a run reuses, in blocks. Touching fresh pages costs
+    more than copying into them (a page fault each, 1-2 s per GiB in a VM): `reserve` touches
+    them on a thread at start-up, and later saves reuse them."""
 
     def __init__(self):
         self.blocks: list[np.ndarray] = []
         self._block = self._offset = 0
+        self._reserving: threading.Thread | None = None
 
     @property
     def held(self) -> int:
         """Bytes this arena holds."""
-        return sum(block.size for block in self.blocks)
+        return len(self.blocks) * ARENA_BLOCK_BYTES
+
+    def reserve(self, size: int) -> None:
+        """Start taking and touching blocks for `size` bytes on a thread."""
+        self._reserving = threading.Thread(target=self._grow, args=(size,), name="snapshot-arena")
+        self._reserving.start()
+
+    def _grow(self, size: int) -> None:
+        while self.held < size:
+            block = np.empty(ARENA_BLOCK_BYTES, np.uint8)
+            block[::PAGE_BYTES] = 0  # a write to every page: the kernel maps them now
+            self.blocks.append(block)
 
     def reuse(self) -> None:
         """Hand out the held memory again (the previous snapshot is written and dropped)."""
+        if self._reserving is not None:
+            self._reserving.join()
+            self._reserving = None
         self._block = self._offset = 0
 
-    def take(self, size: int) -> np.ndarray:
-        """`size` bytes not handed out since the last `reuse`."""
-        while self._block < len(self.blocks):
+    def take(self, size: int) -> list[np.ndarray]:
+        """`size` bytes not handed out since the last `reuse`, as pieces of blocks."""
+        pieces = []
+        while size:
+            if self._block == len(self.blocks):
+                self.blocks.append(np.empty(ARENA_BLOCK_BYTES, np.uint8))
             block = self.blocks[self._block]
-            if self._offset + size <= block.size:
-                self._offset += size
-                return block[self._offset - size : self._offset]
-            self._block, self._offset = self._block + 1, 0
-        self.blocks.append(np.empty(max(size, ARENA_BLOCK_BYTES), np.uint8))
-        self._offset = size
-        return self.blocks[-1][:size]
+            piece = block[self._offset : self._offset + size]
+            pieces.append(piece)
+            size -= piece.size
+            self._offset += piece.size
+            if self._offset == block.size:
+                self._block, self._offset = self._block + 1, 0
+        return pieces
 
 
-# A new block of a HostArena: a tensor's storage takes one of its own when larger, and small
-# records share one, so a run's snapshots take the same blocks every time.
 ARENA_BLOCK_BYTES = 16 << 20
+PAGE_BYTES = 4096
 
 
 class HostFile:
@@ -103,9 +121,11 @@ class HostFile:
 
     def write(self, data: Any) -> int:
         source = np.frombuffer(data, np.uint8)
-        chunk = self.arena.take(source.size)
-        np.copyto(chunk, source)  # numpy releases the GIL for a copy of plain bytes
-        self.chunks.append(chunk)
+        start = 0
+        for piece in self.arena.take(source.size):
+            np.copyto(piece, source[start : start + piece.size])  # the GIL released
+            start += piece.size
+            self.chunks.append(piece)
         return source.size
 
     def flush(self) -> None:

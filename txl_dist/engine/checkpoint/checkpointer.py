@@ -154,14 +154,17 @@ class Checkpointer:
         return snapshot_memory.rank_bytes(self.engine, self.config.model, self.rows_per_rank)
 
     def announce_snapshots(self) -> None:
-        """Rank 0 says how much host memory the asynchronous saves' snapshots take (at start-up;
-        a collective)."""
+        """Rank 0 says how much host memory the asynchronous saves' snapshots take, and where
+        every machine has room, each rank reserves its snapshot's (at start-up; collectives)."""
         if not self.async_save:
             return
+        mine = self.snapshot_bytes()
         sizes = [0] * self.world.world_size
-        dist.all_gather_object(sizes, self.snapshot_bytes())
+        dist.all_gather_object(sizes, mine)
         if self.world.is_main:
             log.info(snapshot_memory.sizes_line(sizes, self.available_memory()))
+        if snapshot_memory.room(mine, self.available_memory, step=0).fits:
+            self._arena.reserve(mine)  # else each save asks again, and allocates what it takes
 
     def _room_for_snapshots(self, step: int) -> bool:
         """Whether every machine has host memory for what its ranks' snapshots need beyond the
