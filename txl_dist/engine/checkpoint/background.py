@@ -58,6 +58,10 @@ def save_to(value: Any, path: str, zipfile: bool = True) -> None:
         torch.save(value, f, _use_new_zipfile_serialization=zipfile)
 
 
+ARENA_BLOCK_BYTES = 16 << 20  # a write spans blocks, so one size serves every storage
+PAGE_BYTES = 4096
+
+
 class HostArena:
     """Host memory that every snapshot of a run reuses, in blocks. Touching fresh pages costs
     more than copying into them (a page fault each, 1-2 s per GiB in a VM): `reserve` touches
@@ -105,10 +109,6 @@ class HostArena:
             if self._offset == block.size:
                 self._block, self._offset = self._block + 1, 0
         return pieces
-
-
-ARENA_BLOCK_BYTES = 16 << 20
-PAGE_BYTES = 4096
 
 
 class HostFile:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -167,9 +168,9 @@ class Checkpointer:
             self._arena.reserve(mine)  # else each save asks again, and allocates what it takes
 
     def _room_for_snapshots(self, step: int) -> bool:
-        """Whether every machine has host memory for what its ranks' snapshots need beyond the
-        memory their arenas hold from earlier saves; if not, rank 0
-        warns and every rank saves synchronously (a collective: the ranks agree)."""
+        """Whether every machine has host memory for what its ranks' snapshots need beyond what
+        their arenas hold; if not, rank 0 warns and every rank saves synchronously (a
+        collective: the ranks agree)."""
         more = max(0, self.snapshot_bytes() - self._arena.held)  # the arena holds the rest
         room = snapshot_memory.room(more, self.available_memory, step)
         if room.warning and self.world.is_main:
@@ -198,11 +199,13 @@ class Checkpointer:
             first_row=self.world.rank * self.rows_per_rank,
             needed_bytes=self.needed_bytes,
             after_phase=self.after_phase,
-            main_files=self._main_files(),
+            main_files=self._main_files,
         )
 
+    @functools.cached_property
     def _main_files(self) -> dict[str, bytes]:
-        """What rank 0 writes into every checkpoint besides the ranks' states: the tokenizer."""
+        """What rank 0 writes into every checkpoint besides the ranks' states: the tokenizer
+        (the same bytes every save)."""
         if self.tokenizer is None:
             return {}
         return {TOKENIZER_FILE: self.tokenizer.json_text.encode("utf-8")}

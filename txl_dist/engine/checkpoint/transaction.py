@@ -134,11 +134,9 @@ class SaveTransaction:
         """The background part of an asynchronous save, after `take_snapshot`: serialize the
         kept state dicts into host memory, set `serialized` (the next optimizer update may
         run), write the snapshot, then as `run`; returns the tag. Raises CheckpointSaveError on
-        every rank if any rank fails."""
-        try:
-            self._together("serialize", self._serialize)
-        finally:
-            serialized.set()
+        every rank if any rank fails (BackgroundSave then sets `serialized`)."""
+        self._together("serialize", self._serialize)
+        serialized.set()
         self._together("write", write_files, self.snapshot)
         self.snapshot = {}
         return self._check_and_publish()
