@@ -16,7 +16,8 @@ from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
 from txl_dist.engine.checkpoint import snapshot_memory
-from txl_dist.engine.checkpoint.background import BackgroundSave, HostArena
+from txl_dist.engine.checkpoint.arena import HostArena
+from txl_dist.engine.checkpoint.background import BackgroundSave
 from txl_dist.engine.checkpoint.retention import prune
 from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
 from txl_dist.engine.checkpoint.transaction import SaveTransaction

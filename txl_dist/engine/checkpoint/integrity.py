@@ -7,6 +7,7 @@ import hashlib
 import os
 import stat
 import zlib
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -76,13 +77,19 @@ def digests(root: str, names: list[str], sync: bool) -> dict[str, dict[str, Any]
 
 
 def _digest(path: str, sync: bool) -> dict[str, Any]:
-    crc, size = 0, 0
     with open(path, "rb") as f:
-        while chunk := f.read(DIGEST_CHUNK):
-            crc = zlib.crc32(chunk, crc)
-            size += len(chunk)
+        record = record_of(iter(lambda: f.read(DIGEST_CHUNK), b""))
         if sync:  # flushes the file whichever process wrote it
             os.fsync(f.fileno())
+    return record
+
+
+def record_of(chunks: Iterable[Any]) -> dict[str, Any]:
+    """The size and CRC-32 of a file's bytes, given in chunks (bytes or arrays of bytes)."""
+    crc, size = 0, 0
+    for chunk in chunks:
+        crc = zlib.crc32(chunk, crc)  # releases the GIL
+        size += memoryview(chunk).nbytes
     return {"bytes": size, "crc32": f"{crc:08x}"}
 
 

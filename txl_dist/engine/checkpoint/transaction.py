@@ -6,7 +6,9 @@ Its phases, each passed by every rank together:
     write    every rank writes its DeepSpeed files and memories into global_stepN.partial/,
              rank 0 also the files of the whole run (the data's tokenizer.json)
     list     every rank lists the files there
-    verify   every rank fsyncs its share of them and records their sizes and CRC-32s
+    verify   every rank fsyncs and reads its share of the files no rank wrote from memory, and
+             records their sizes and CRC-32s (a file written from memory is fsynced and
+             recorded as it is written)
     publish  rank 0 writes the record (txl.json), renames the directory to global_stepN and
              only then replaces `latest`
 
@@ -17,8 +19,8 @@ names the previous checkpoint. A kill at any moment leaves `latest` naming a com
 An asynchronous save (background.py) divides them: `prepare` and `snapshot` (DeepSpeed's state
 dicts of the live tensors, kept, and the memories serialized) on the training thread, then
 `serialize` (the kept state dicts into host memory, while the next step's forward and backward
-run), `write` (of the snapshot) to `publish` on a background thread, agreeing over a process
-group of its own.
+run), `write` (of the snapshot, at the lowest priority) to `publish` on a background thread,
+agreeing over a process group of its own.
 """
 
 from __future__ import annotations
@@ -34,14 +36,12 @@ from typing import Any
 
 import torch.distributed as dist
 
+from txl_dist.engine.checkpoint.arena import HostArena, HostFile, serialized
 from txl_dist.engine.checkpoint.background import (
-    HostArena,
-    HostFile,
     SerializingEngine,
     save_to,
-    serialized,
     serializing,
-    write_files,
+    yield_cores,
 )
 from txl_dist.engine.checkpoint.integrity import (
     digests,
@@ -59,6 +59,7 @@ from txl_dist.engine.checkpoint.state import (
     rng_state,
     tag_for,
 )
+from txl_dist.engine.checkpoint.writes import write_files
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.process.preflight import DiskRoom
 
@@ -120,8 +121,8 @@ class SaveTransaction:
         `needed_bytes`); the partial directory is then removed.
         """
         self._together("prepare", self._prepare)
-        self._together("write", self._write)
-        return self._check_and_publish()
+        written = self._together("write", self._write)
+        return self._check_and_publish(written)
 
     def take_snapshot(self) -> None:
         """The training thread's part of an asynchronous save: DeepSpeed's state dicts kept
@@ -137,17 +138,21 @@ class SaveTransaction:
         every rank if any rank fails (BackgroundSave then sets `serialized`)."""
         self._together("serialize", self._serialize)
         serialized.set()
-        self._together("write", write_files, self.snapshot)
-        self.snapshot = {}
-        return self._check_and_publish()
+        yield_cores()  # from here on it only writes: the steps come first
+        written = self._together("write", self._write_snapshot)
+        return self._check_and_publish(written)
 
-    def _check_and_publish(self) -> str:
-        """The list, verify and publish phases, once every rank's files are written."""
+    def _check_and_publish(self, written: list[dict[str, dict[str, Any]]]) -> str:
+        """The list, verify and publish phases, once every rank's files are written; `written`:
+        each rank's record of the files it wrote from memory (fsynced, nothing to read back)."""
         # Each rank sees at least its own files (a shared filesystem may cache listings per node).
         listings = self._together("list", files_under, self.staging)
         names = sorted(set().union(*listings))
-        shares = self._together("verify", self._verify_share, names)
-        files = dict(sorted(item for share in shares for item in share.items()))
+        known = {name: record for records in written for name, record in records.items()}
+        unread = [name for name in names if name not in known]
+        shares = self._together("verify", self._verify_share, unread)
+        read = (item for share in shares for item in share.items())
+        files = dict(sorted([*known.items(), *read]))
         self._together("publish", self._publish, files)
         return self.tag
 
@@ -159,12 +164,22 @@ class SaveTransaction:
             os.makedirs(self.directory, exist_ok=True)
             shutil.rmtree(self.staging, ignore_errors=True)
 
-    def _write(self) -> None:
-        """This rank's DeepSpeed files and memories, into the partial directory."""
+    def _write(self) -> dict[str, dict[str, Any]]:
+        """This rank's DeepSpeed files and memories, into the partial directory; returns the
+        record of the files written from memory (rank 0's tokenizer.json)."""
         with serializing(self.engine, deferred=False):
             self._save_deepspeed()
         save_to(self._memories(), self._memories_path())
-        write_files(self._rank_files())
+        return self._named(write_files(self._rank_files()))
+
+    def _write_snapshot(self) -> dict[str, dict[str, Any]]:
+        """This rank's snapshot, into the partial directory; returns the record of its files."""
+        snapshot, self.snapshot = self.snapshot, {}
+        return self._named(write_files(snapshot))
+
+    def _named(self, records: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Records by path, by name in the checkpoint."""
+        return {os.path.relpath(path, self.staging): record for path, record in records.items()}
 
     def _snapshot(self) -> None:
         """DeepSpeed's state dicts kept; the memories (the next forward replaces them)
@@ -213,7 +228,7 @@ class SaveTransaction:
         return os.path.join(self.staging, f"memory_rank{dist.get_rank()}.pt")
 
     def _verify_share(self, names: list[str]) -> dict[str, dict[str, Any]]:
-        """Fsync this rank's share of the files (every world_size-th) and record them."""
+        """Fsync and read this rank's share of `names` (every world_size-th) and record them."""
         share = names[dist.get_rank() :: dist.get_world_size()]
         return digests(self.staging, share, sync=True)
 

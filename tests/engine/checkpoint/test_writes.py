@@ -1,0 +1,60 @@
+"""A save's files written to last: a snapshot's with direct I/O, each one's record from memory."""
+
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+from tests.engine.checkpoint.test_arena import saved_bytes
+from txl_dist.engine.checkpoint import writes
+from txl_dist.engine.checkpoint.arena import HostArena, serialized
+from txl_dist.engine.checkpoint.background import WRITER_NICENESS, yield_cores
+from txl_dist.engine.checkpoint.integrity import digests
+
+
+def snapshot(tmp_path, arena):
+    values = [{"w": torch.randn(1000 + k, 37)} for k in range(3)]  # sizes of no whole page
+    paths = [str(tmp_path / "deep" / f"f{k}.pt") for k in range(3)]
+    files = {path: serialized(value, arena) for path, value in zip(paths, values)}
+    files[str(tmp_path / "tokenizer.json")] = b'{"model": {}}'
+    return values, files
+
+
+def test_a_snapshot_is_written_directly_each_file_exact_and_recorded_as_read_back(tmp_path):
+    values, files = snapshot(tmp_path, HostArena())
+    records = writes.write_files(files)
+    names = [os.path.relpath(path, tmp_path) for path in files]
+    assert {os.path.relpath(p, tmp_path): r for p, r in records.items()} == digests(
+        str(tmp_path), names, sync=False
+    )
+    for value, path in zip(values, files):
+        assert (tmp_path / path).read_bytes() == saved_bytes(value)  # cut to size, not padded
+    assert (tmp_path / "tokenizer.json").read_bytes() == b'{"model": {}}'
+    # Direct I/O takes the arena's files as they are (aligned); on Linux it is used.
+    assert all(writes._written_directly(p, f) for p, f in files.items() if p.endswith(".pt"))
+
+
+def test_without_direct_io_the_files_and_records_are_the_same(tmp_path, monkeypatch):
+    _, files = snapshot(tmp_path / "direct", HostArena())
+    direct = writes.write_files(files)
+    monkeypatch.setattr(writes, "O_DIRECT", 0)  # as on a system without it
+    buffered = writes.write_files({p.replace("direct", "buffered"): f for p, f in files.items()})
+    assert list(buffered.values()) == list(direct.values())
+    for path in files:
+        assert Path(path).read_bytes() == Path(path.replace("direct", "buffered")).read_bytes()
+
+
+def test_the_writer_yields_the_cores_and_only_its_own_thread_does():
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    seen = []
+
+    def writer():
+        yield_cores()
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    thread.join()
+    assert seen == [WRITER_NICENESS]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
