@@ -125,6 +125,7 @@ def main(root: str) -> None:
     }
     if rank == 1:  # this rank's machine says it has no memory for a snapshot
         savers["fallback"].available_memory = lambda: 0
+    out = {"snapshot_bytes_before_a_step": savers["async"].snapshot_bytes()}  # no moments yet
     warnings = _logged_warnings()
     phases = {"plain": [], "async": [], "fallback": []}  # [phase, step] as the hook heard them
     for name, heard in phases.items():
@@ -149,7 +150,6 @@ def main(root: str) -> None:
             return str(err)
         return None
 
-    out = {}
     save("plain", 1)
     save("fallback", 1, train=False)  # the same state, synchronously for want of memory on rank 1
     # and asynchronously, while the next step trains: its serialization is slowed, so the update

@@ -30,6 +30,10 @@ MARGIN = 0.25
 RESERVE_BYTES = 512 << 20
 
 GIB = 1024**3
+# Each of our optimizers (Adam, AdamW, LAMB) keeps two moments per parameter, as the parameter,
+# and torch's Adam a step count too (a float32 scalar tensor).
+MOMENTS = 2
+STEP_BYTES = 4
 
 
 def rank_bytes(engine: Any, model: TXLConfig, rows_per_rank: int) -> int:
@@ -54,19 +58,36 @@ def deepspeed_bytes(engine: Any) -> int:
         total += storage_bytes(in_model_file)
     if engine.save_zero_checkpoint:
         total += storage_bytes(optimizer_tensors(engine.optimizer))
-    return total
+    saves_optimizer = engine.save_zero_checkpoint or (
+        engine.save_non_zero_checkpoint and not engine.zero_optimization()
+    )
+    return total + (moments_to_come(engine.optimizer) if saves_optimizer else 0)
 
 
 def optimizer_tensors(optimizer: Any) -> list[torch.Tensor]:
-    """The tensors an optimizer's state dict holds: the fp32 master weights (this rank's
-    partition under ZeRO) and the state (Adam's moments) of the torch optimizer inside
-    DeepSpeed's wrappers."""
+    """The tensors an optimizer's state dict holds: the fp32 master weights and the state
+    (Adam's moments) of the torch optimizer inside DeepSpeed's wrappers."""
+    inner, params = _masters(optimizer)
+    state = [v for per_param in inner.state.values() for v in per_param.values()]
+    return params + [v for v in state if torch.is_tensor(v)]
+
+
+def moments_to_come(optimizer: Any) -> int:
+    """Bytes of the moments the optimizer's first step creates (none once it stepped): a
+    snapshot's size is known at start-up, before any step."""
+    inner, params = _masters(optimizer)
+    if any(inner.state.get(p) for p in params):
+        return 0
+    return sum(MOMENTS * p.numel() * p.element_size() + STEP_BYTES for p in params)
+
+
+def _masters(optimizer: Any) -> tuple[Any, list[torch.Tensor]]:
+    """The torch optimizer inside DeepSpeed's wrappers, and the fp32 master weights it steps
+    (this rank's partition under ZeRO)."""
     inner = getattr(optimizer, "optimizer", optimizer)  # a plain torch optimizer has none
     params = [p for group in inner.param_groups for p in group["params"]]
     # ZeRO-3 hands its fp32 partitions to the torch optimizer only while it steps.
-    params += getattr(optimizer, "fp32_partitioned_groups_flat", [])
-    state = [v for per_param in inner.state.values() for v in per_param.values()]
-    return params + [v for v in state if torch.is_tensor(v)]
+    return inner, params + getattr(optimizer, "fp32_partitioned_groups_flat", [])
 
 
 def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
