@@ -18,11 +18,11 @@ rank times its steps, its save calls and, through the checkpointer's after_phase
   wait    of the stall, the optimizer updates' waits for the background serialization
   stall   the training time the save cost: its call plus what the steps that ran during its
           background write took beyond the run's median step with no write running (they
-          share the cores with it)
+          share the cores with it; summed with their signs, so that noise cancels)
   wall    from the save's call until `latest` named it
 
 The end-of-run save is not counted. Prints the date and machine first; `--json` adds one JSON
-line per run.
+line per run (with each save's steps beside its write, beside_s).
 """
 
 from __future__ import annotations
@@ -151,15 +151,17 @@ def stalls(steps, calls, waits, published, every: int, max_steps: int) -> dict:
 
     alone = [e - s for s, e in steps[2:] if not any(during(s, w) for w in writes)]
     base = statistics.median(alone)  # the first steps warm up
-    call, wait, stall, wall = [], [], [], []
+    call, wait, stall, wall, beside = [], [], [], [], []
     for j in counted:
         call_start, call_end = calls[j]
-        extra = sum(max(0.0, e - s - base) for s, e in steps if during(s, writes[j]))
+        beside.append([e - s for s, e in steps if during(s, writes[j])])
         call.append(call_end - call_start)
         wait.append(sum(e - s for s, e in waits if during(s, writes[j])))
-        stall.append(call[-1] + extra)
+        # Signed: a step faster than the median offsets a slower one, as noise does with no
+        # write running; summing only the excesses would count noise as stall.
+        stall.append(call[-1] + sum(step - base for step in beside[-1]))
         wall.append(writes[j][1] - call_start)
-    return dict(step_s=base, call_s=call, wait_s=wait, stall_s=stall, wall_s=wall)
+    return dict(step_s=base, call_s=call, wait_s=wait, stall_s=stall, wall_s=wall, beside_s=beside)
 
 
 def cpu_model() -> str:

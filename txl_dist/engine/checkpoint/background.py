@@ -5,10 +5,11 @@ SerializingEngine, which keeps each state dict it is given instead of writing it
 hold the live model and optimizer tensors, which nothing changes until the next optimizer update:
 a thread serializes them into host memory while the next step's forward and backward run, and
 the training thread waits for it only before that update (Checkpointer.before_update; the
-"lazy" snapshot of DataStates-LLM). The thread then drops to the lowest priority, writes the
-files from host memory with direct I/O (writes.py) and finishes the transaction (write, list,
-verify, publish), agreeing with the other ranks' threads over a process group of its own, so
-that its collectives never interleave with training's. A
+"lazy" snapshot of DataStates-LLM). The thread then writes the files from host memory with
+direct I/O (writes.py) and finishes the transaction (write, list, verify, publish), agreeing
+with the other ranks' threads over a process group of its own, so that its collectives never
+interleave with training's. It runs at the lowest priority: on the cores training leaves idle
+(all of a rank's, while its update waits for the serialization). A
 synchronous save writes through the same engine to its files, and both serialize through file
 objects, so both leave identical files.
 
@@ -27,10 +28,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import torch
 from deepspeed.runtime.checkpoint_engine import TorchCheckpointEngine
 
-from txl_dist.engine.checkpoint.arena import HostArena, HostFile, serialized
+from txl_dist.engine.checkpoint.arena import HostArena, HostFile, serialized, torch_save
 
 
 class SerializingEngine(TorchCheckpointEngine):
@@ -58,7 +58,7 @@ def save_to(value: Any, path: str, zipfile: bool = True) -> None:
     file after the path, but one written through a file object or into memory "archive", so
     the bytes are those of `serialized`."""
     with open(path, "wb") as f:
-        torch.save(value, f, _use_new_zipfile_serialization=zipfile)
+        torch_save(value, f, zipfile)
 
 
 @contextmanager
@@ -97,6 +97,7 @@ class BackgroundSave:
 
     def _run(self, work: Callable[[threading.Event], Any]) -> None:
         try:
+            yield_cores()
             work(self.serialized)
         except BaseException as err:  # noqa: BLE001 - raised again on the training thread
             self._error = err

@@ -19,7 +19,7 @@ names the previous checkpoint. A kill at any moment leaves `latest` naming a com
 An asynchronous save (background.py) divides them: `prepare` and `snapshot` (DeepSpeed's state
 dicts of the live tensors, kept, and the memories serialized) on the training thread, then
 `serialize` (the kept state dicts into host memory, while the next step's forward and backward
-run), `write` (of the snapshot, at the lowest priority) to `publish` on a background thread,
+run), `write` (of the snapshot) to `publish` on a background thread of the lowest priority,
 agreeing over a process group of its own.
 """
 
@@ -41,7 +41,6 @@ from txl_dist.engine.checkpoint.background import (
     SerializingEngine,
     save_to,
     serializing,
-    yield_cores,
 )
 from txl_dist.engine.checkpoint.integrity import (
     digests,
@@ -138,7 +137,6 @@ class SaveTransaction:
         every rank if any rank fails (BackgroundSave then sets `serialized`)."""
         self._together("serialize", self._serialize)
         serialized.set()
-        yield_cores()  # from here on it only writes: the steps come first
         written = self._together("write", self._write_snapshot)
         return self._check_and_publish(written)
 
