@@ -1,18 +1,20 @@
 """The training time a checkpoint save costs: synchronous against asynchronous saves.
 
     python bench/checkpoint_stall.py [--raw ../shared/data/wikitext-103] [--stages 2 3]
-                                     [--saves 3] [--save-every 4] [--ranks 2] [--threads N]
+                                     [--saves 3] [--save-every 8] [--ranks 2] [--threads N]
 
 wt103_base at its real size (151M parameters: the shipped vocabulary of 267,735 words, which the
 WikiText-103 train prefix in --raw fills with its own ~32k words, the rest never seen), bf16, on
 --ranks ranks (2) of the real launcher (`deepspeed --num_gpus 2 launch/pretrain.py`'s loop,
-gloo), the batch shrunk to one row per rank. For each ZeRO stage it trains (saves + 1) x
-save-every steps with a save every save-every steps, once with train.async_save=false and once
-with true. --threads sets each rank's compute threads (OMP_NUM_THREADS; unset: the machine's
-cores shared among the ranks): `--ranks 1 --threads 1` on 2 cores leaves a core to the
-background write, as a GPU node's host cores are while its GPUs compute. Each
-rank times its steps, its save calls and, through the checkpointer's after_phase hook, when
-`latest` moved; rank 0 prints per save:
+gloo), the batch shrunk to one row per rank. For each ZeRO stage one run trains
+(2 x saves + 1) x save-every steps with a save every save-every steps, synchronous and
+asynchronous saves taking turns (train.async_save switched before each): both meet the same
+machine, whose speed drifts from minute to minute in a shared VM. --threads sets each rank's
+compute threads (OMP_NUM_THREADS; unset: the machine's cores shared among the ranks):
+`--ranks 1 --threads 1` on 2 cores leaves a core to the background write, as a GPU node's host
+cores are while its GPUs compute. Each rank times its steps, its save calls and, through the
+checkpointer's after_phase hook, when `latest` moved; rank 0 prints per save, the mean of each
+mode's:
 
   call    the save's call on the training loop (for an asynchronous save, the snapshot)
   wait    of the stall, the optimizer updates' waits for the background serialization
@@ -22,7 +24,7 @@ rank times its steps, its save calls and, through the checkpointer's after_phase
   wall    from the save's call until `latest` named it
 
 The end-of-run save is not counted. Prints the date and machine first; `--json` adds one JSON
-line per run (with each save's steps beside its write, beside_s).
+line per run (with each save's mode, its steps beside its write, beside_s, and every step).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from train_engine import REPO, built_trainer, launcher, measure_or_launch
 
 WT103_BASE = REPO / "configs" / "wt103_base.json"
 VOCABULARY = 267_735  # wt103_base's model.n_token
+COLUMNS = ("call", "wait", "stall", "wall")
 VALID_BYTES = 100_000  # the prefix's valid split: the runs never evaluate, txl-prepare wants one
 
 
@@ -71,9 +74,7 @@ def _prepare(src: Path, out: Path, extra: list[str]) -> Path:
     return out
 
 
-def settings(
-    data: Path, out: Path, stage: int, async_save: bool, every: int, steps: int, ranks: int
-):
+def settings(data: Path, out: Path, stage: int, every: int, steps: int, ranks: int):
     values = [
         f"data.path={data}",
         "data.valid_split=null",
@@ -85,7 +86,7 @@ def settings(
         f"train.save_interval={every}",
         "train.eval_interval=0",
         "train.keep_last=2",
-        f"train.async_save={json.dumps(async_save)}",
+        "train.async_save=true",  # the snapshot's memory reserved at start-up, as in a real run
         f"deepspeed.zero_optimization.stage={stage}",
         "logging.log_interval=1000",
         "logging.wandb.mode=disabled",
@@ -93,18 +94,18 @@ def settings(
     return [arg for value in values for arg in ("--set", value)]
 
 
-def run(data: Path, stage: int, async_save: bool, args: argparse.Namespace) -> dict:
+def run(data: Path, stage: int, args: argparse.Namespace) -> dict:
     """One launcher run; rank 0's record of it."""
     every = args.save_every
-    steps = (args.saves + 1) * every
+    steps = (2 * args.saves + 1) * every
     env = {**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
     with tempfile.TemporaryDirectory(dir=REPO / "runs") as out:
         argv = ["--measure", "--config", str(WT103_BASE)]
-        argv += settings(data, Path(out), stage, async_save, every, steps, args.ranks)
+        argv += settings(data, Path(out), stage, every, steps, args.ranks)
         cmd = launcher(args.ranks, __file__, argv)
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        sys.exit(f"ZeRO-{stage} async_save={async_save} failed:\n{proc.stderr[-3000:]}")
+        sys.exit(f"ZeRO-{stage} failed:\n{proc.stderr[-3000:]}")
     [line] = [line for line in proc.stdout.splitlines() if line.startswith("STALL ")]
     return json.loads(line.removeprefix("STALL "))
 
@@ -112,7 +113,7 @@ def run(data: Path, stage: int, async_save: bool, args: argparse.Namespace) -> d
 def measure_in_process(argv: list[str]) -> None:
     """Runs under the launcher: the real loop, its steps, save calls and publishes timed."""
     config, world, trainer = built_trainer(argv)
-    steps, calls, waits, published = [], [], [], {}
+    steps, calls, waits, published, modes = [], [], [], {}, []
 
     def timed(record, work):
         def call(*args, **kwargs):
@@ -124,20 +125,29 @@ def measure_in_process(argv: list[str]) -> None:
 
         return call
 
+    checkpoints = trainer.checkpoints
+    save = timed(calls, checkpoints.save)
+
+    def save_in_turn(*args, **kwargs):
+        checkpoints.async_save = len(modes) % 2 == 1  # sync first, then async, and so on
+        modes.append("async" if checkpoints.async_save else "sync")
+        return save(*args, **kwargs)
+
     trainer.train_step = timed(steps, trainer.train_step)
-    trainer.checkpoints.save = timed(calls, trainer.checkpoints.save)
-    trainer.checkpoints.before_update = timed(waits, trainer.checkpoints.before_update)
+    checkpoints.save = save_in_turn
+    checkpoints.before_update = timed(waits, checkpoints.before_update)
 
     def after_phase(phase: str, step: int) -> None:
         if phase == "publish":
             published[step] = time.perf_counter()
 
-    trainer.checkpoints.after_phase = after_phase
+    checkpoints.after_phase = after_phase
     trainer.run()
     if world.is_main:
         every = config.train.save_interval
         record = stalls(steps, calls, waits, published, every, config.train.max_steps)
-        record.update(snapshot_gib=trainer.checkpoints.snapshot_bytes() / 2**30)
+        record.update(mode=modes[: len(record["call_s"])])
+        record.update(snapshot_gib=checkpoints.snapshot_bytes() / 2**30)
         print("STALL " + json.dumps(record), flush=True)
 
 
@@ -161,7 +171,11 @@ def stalls(steps, calls, waits, published, every: int, max_steps: int) -> dict:
         # write running; summing only the excesses would count noise as stall.
         stall.append(call[-1] + sum(step - base for step in beside[-1]))
         wall.append(writes[j][1] - call_start)
-    return dict(step_s=base, call_s=call, wait_s=wait, stall_s=stall, wall_s=wall, beside_s=beside)
+    every_step = [e - s for s, e in steps]
+    return dict(
+        step_s=base, call_s=call, wait_s=wait, stall_s=stall, wall_s=wall, beside_s=beside,
+        steps_s=every_step,
+    )  # fmt: skip
 
 
 def cpu_model() -> str:
@@ -177,8 +191,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--raw", default=str(REPO.parent / "shared" / "data" / "wikitext-103"))
     parser.add_argument("--stages", type=int, nargs="+", default=[2, 3])
-    parser.add_argument("--saves", type=int, default=3, help="saves counted per run")
-    parser.add_argument("--save-every", type=int, default=4, help="steps between saves")
+    parser.add_argument("--saves", type=int, default=3, help="saves counted per mode")
+    parser.add_argument("--save-every", type=int, default=8, help="steps between saves")
     parser.add_argument("--ranks", type=int, default=2, help="ranks, one row each")
     parser.add_argument("--threads", type=int, help="compute threads per rank (OMP_NUM_THREADS)")
     parser.add_argument("--json", action="store_true", help="also print each run's record")
@@ -191,21 +205,21 @@ def main() -> None:
         f"wt103_base bf16, {args.ranks} rank(s) (gloo){threads}, 1 row per rank, "
         f"a save every {args.save_every} steps"
     )
-    print("seconds per save; step: the median step with no write running")
+    print("seconds per save, the mean of each mode's; step: the median step with no write running")
     columns = ("ZeRO", "save", "step", "call", "wait", "stall", "wall")
     print(" ".join(f"{c:>{w}}" for c, w in zip(columns, (4, 5, 6, 6, 6, 6, 6), strict=True)))
     os.makedirs(REPO / "runs", exist_ok=True)
     with tempfile.TemporaryDirectory(dir=REPO / "runs") as work:
         data = prepare_data(Path(args.raw), Path(work))
         for stage in args.stages:
-            for async_save in (False, True):
-                r = run(data, stage, async_save, args)
-                mode = "async" if async_save else "sync"
-                mean = {k: statistics.mean(r[f"{k}_s"]) for k in ("call", "wait", "stall", "wall")}
+            r = run(data, stage, args)
+            for mode in ("sync", "async"):
+                mine = [j for j, m in enumerate(r["mode"]) if m == mode]
+                mean = {k: statistics.mean(r[f"{k}_s"][j] for j in mine) for k in COLUMNS}
                 figures = " ".join(f"{v:6.2f}" for v in (r["step_s"], *mean.values()))
-                print(f"{stage:>4} {mode:>5} {figures}")
-                if args.json:
-                    print(json.dumps(dict(stage=stage, mode=mode, **r)), flush=True)
+                print(f"{stage:>4} {mode:>5} {figures}", flush=True)
+            if args.json:
+                print(json.dumps(dict(stage=stage, **r)), flush=True)
 
 
 if __name__ == "__main__":

@@ -73,13 +73,14 @@ def serializing(engine: Any, deferred: bool) -> Iterator[SerializingEngine]:
         engine.checkpoint_engine = writer
 
 
-WRITER_NICENESS = 19  # the lowest priority: the write runs on what training leaves idle
+WRITER_NICENESS = 19  # the lowest: the thread runs on what training leaves idle, and still
+# advances a little where training leaves nothing (SCHED_IDLE could starve it for as long as
+# that lasts, while its peers wait in the save's collectives)
 
 
 def yield_cores() -> None:
-    """This thread runs from now on only where training leaves a core idle: the write costs
-    the steps no more than the cores they do not use. On Linux, where each thread has its own
-    niceness (elsewhere setpriority would lower the whole process: nothing done)."""
+    """This thread runs from now on at the lowest priority. On Linux, where each thread has
+    its own niceness (elsewhere setpriority would lower the whole process: nothing done)."""
     if sys.platform.startswith("linux"):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
 
