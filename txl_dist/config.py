@@ -152,9 +152,9 @@ class TrainConfig:
     """Steps between checkpoints (0: only at the end and on signals)."""
     keep_last: int = 3
     """Checkpoints kept; older ones are deleted once a newer one is complete."""
-    async_save: bool = False
-    """Write checkpoints in the background from a snapshot in host memory, training on; off by
-    default: it pays only where the write has cores and host memory to spare (docs/training.md)."""
+    async_save: bool = True
+    """Write checkpoints in the background from a snapshot in host memory, training on (a save
+    is synchronous where a machine lacks the memory; docs/training.md)."""
     max_nonfinite_steps: int = 10
     """Abort after this many consecutive steps with a non-finite loss."""
     peak_tflops: float | None = None
