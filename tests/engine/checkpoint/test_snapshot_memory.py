@@ -30,7 +30,8 @@ def test_a_machine_needs_room_for_all_its_ranks_snapshots():
     assert not short.fits
     assert short.warning == (
         "a (rank 0) has 10.00 GiB of host memory available, the snapshots of its 2 rank(s) need "
-        "10.50 GiB with the margin: saving step 3 synchronously (train.async_save)"
+        "10.50 GiB beside training's peak, with the margin: saving step 3 synchronously "
+        "(train.async_save)"
     )
 
 

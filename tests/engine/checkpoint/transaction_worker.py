@@ -31,6 +31,7 @@ from tests.conftest import REPO_ROOT
 from txl_dist.config import load_run_config
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, background
+from txl_dist.engine.checkpoint.snapshot_memory import moments_to_come
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.process.dist import World, init_distributed
 
@@ -126,6 +127,7 @@ def main(root: str) -> None:
     if rank == 1:  # this rank's machine says it has no memory for a snapshot
         savers["fallback"].available_memory = lambda: 0
     out = {"snapshot_bytes_before_a_step": savers["async"].snapshot_bytes()}  # no moments yet
+    out["host_growth_before_a_step"] = moments_to_come(engine.optimizer, in_host_memory=True)
     warnings = _logged_warnings()
     phases = {"plain": [], "async": [], "fallback": []}  # [phase, step] as the hook heard them
     for name, heard in phases.items():
@@ -181,5 +183,6 @@ def main(root: str) -> None:
     out["phases"], out["async_phases"] = phases["plain"], phases["async"]
     out["fallback_phases"], out["warnings"] = phases["fallback"], warnings
     out["snapshot_bytes"] = savers["async"].snapshot_bytes()
+    out["host_growth"] = moments_to_come(engine.optimizer, in_host_memory=True)
     print("RESULT " + json.dumps(out), flush=True)
     dist.destroy_process_group()

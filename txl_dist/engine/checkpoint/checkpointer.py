@@ -65,6 +65,7 @@ class Checkpointer:
     """The training data's subword tokenizer, saved into every checkpoint as tokenizer.json
     (None for a word or character vocabulary)."""
     _background: BackgroundSave | None = None
+    _updates: int = 0  # optimizer updates this run (the arena is reserved once one step ran)
     _arena: HostArena = dataclasses.field(default_factory=HostArena)  # the snapshots' memory
     _group: Any = None  # the background saves' process group, made by the first one
 
@@ -156,8 +157,8 @@ class Checkpointer:
         return snapshot_memory.rank_bytes(self.engine, self.config.model, self.rows_per_rank)
 
     def announce_snapshots(self) -> None:
-        """Rank 0 says how much host memory the asynchronous saves' snapshots take, and where
-        every machine has room, each rank reserves its snapshot's (at start-up; collectives)."""
+        """Rank 0 says how much host memory the asynchronous saves' snapshots take (at start-up;
+        a collective)."""
         if not self.async_save:
             return
         mine = self.snapshot_bytes()
@@ -165,24 +166,38 @@ class Checkpointer:
         dist.all_gather_object(sizes, mine)
         if self.world.is_main:
             log.info(snapshot_memory.sizes_line(sizes, self.available_memory()))
-        if snapshot_memory.room(mine, self.available_memory, step=0).fits:
+
+    def _reserve_arena(self) -> None:
+        """Where every machine has room for its ranks' snapshots beside training's peak, each
+        rank reserves its snapshot's memory now, on a thread (a collective). Called once a step
+        has run: at start-up that peak is unknown (lm1b_base's first step doubles a rank's
+        memory), and the moments are yet to come."""
+        mine = self.snapshot_bytes()
+        growth = snapshot_memory.moments_to_come(self.engine.optimizer, in_host_memory=True)
+        needed = mine + growth + snapshot_memory.transient_bytes()
+        if snapshot_memory.room(needed, self.available_memory, step=0).fits:
             self._arena.reserve(mine)  # else each save asks again, and allocates what it takes
 
     def _room_for_snapshots(self, step: int) -> bool:
         """Whether every machine has host memory for what its ranks' snapshots need beyond what
-        their arenas hold; if not, rank 0 warns and every rank saves synchronously (a
-        collective: the ranks agree)."""
+        their arenas hold, beside training's peak; if not, rank 0 warns and every rank saves
+        synchronously (a collective: the ranks agree)."""
         more = max(0, self.snapshot_bytes() - self._arena.held)  # the arena holds the rest
-        room = snapshot_memory.room(more, self.available_memory, step)
+        needed = more + snapshot_memory.transient_bytes()
+        room = snapshot_memory.room(needed, self.available_memory, step)
         if room.warning and self.world.is_main:
             log.warning(room.warning)
         return room.fits
 
     def before_update(self) -> None:
         """Return once the background save, if any, no longer reads the live model and
-        optimizer tensors: call before each optimizer update, which changes them."""
+        optimizer tensors: call before each optimizer update, which changes them (every rank at
+        the same updates: the second one reserves the snapshots' memory, a collective)."""
         if self._background is not None:
             self._background.serialized.wait()
+        self._updates += 1
+        if self.async_save and self._updates == 2:
+            self._reserve_arena()
 
     def wait(self) -> None:
         """Return once the background save, if any, is complete; raises its CheckpointSaveError

@@ -13,6 +13,7 @@ there (`Room`); if one machine is short, every rank saves synchronously that tim
 from __future__ import annotations
 
 import dataclasses
+import resource
 import socket
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -72,12 +73,16 @@ def optimizer_tensors(optimizer: Any) -> list[torch.Tensor]:
     return params + [v for v in state if torch.is_tensor(v)]
 
 
-def moments_to_come(optimizer: Any) -> int:
+def moments_to_come(optimizer: Any, in_host_memory: bool = False) -> int:
     """Bytes of the moments the optimizer's first step creates (none once it stepped): a
-    snapshot's size is known at start-up, before any step."""
+    snapshot's size is known at start-up, before any step. `in_host_memory`: only those of
+    master weights in host memory (the CPU accelerator's, or ZeRO-Offload's), which training
+    itself is yet to take there."""
     inner, params = _masters(optimizer)
     if any(inner.state.get(p) for p in params):
         return 0
+    if in_host_memory:
+        params = [p for p in params if p.device.type == "cpu"]
     return sum(MOMENTS * p.numel() * p.element_size() + STEP_BYTES for p in params)
 
 
@@ -136,8 +141,8 @@ def room_among(everyone: list[tuple[str, int, int]], step: int) -> Room:
 def _short_line(host: str, rank: int, ranks: int, free: int, need: float, step: int) -> str:
     return (
         f"{host} (rank {rank}) has {free / GIB:.2f} GiB of host memory available, the snapshots "
-        f"of its {ranks} rank(s) need {need / GIB:.2f} GiB with the margin: saving step {step} "
-        "synchronously (train.async_save)"
+        f"of its {ranks} rank(s) need {need / GIB:.2f} GiB beside training's peak, with the "
+        f"margin: saving step {step} synchronously (train.async_save)"
     )
 
 
@@ -154,3 +159,10 @@ def sizes_line(sizes: list[int], available: int) -> str:
 def available_bytes() -> int:
     """Host memory available to new allocations without swapping (psutil's `available`)."""
     return psutil.virtual_memory().available
+
+
+def transient_bytes() -> int:
+    """What this process has held at its peak beyond what it holds now: between steps, what the
+    next step takes again (activations, temporaries), beside a snapshot kept through it."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return max(0, peak - psutil.Process().memory_info().rss)
