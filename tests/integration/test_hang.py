@@ -72,7 +72,13 @@ def test_a_stopped_rank_ends_the_run_within_the_hang_timeout(
 def test_a_hung_save_ends_the_run_within_the_checkpoint_timeout(wikitext, tmp_path):
     out = tmp_path / "saving"
     timeout_s = 20  # also the start-up's and the first step's: room for a loaded machine
-    overrides = ["train.save_interval=2", f"train.checkpoint_timeout_s={timeout_s}"]
+    # A synchronous save: the step's own call hangs (a background write that hangs is waited
+    # for, and caught the same way, by the next save's call or the end of the run).
+    overrides = [
+        "train.save_interval=2",
+        f"train.checkpoint_timeout_s={timeout_s}",
+        "train.async_save=false",
+    ]
     env = {**os.environ, PAUSE_IN_SAVE_ENV: "2"}  # the save of step 2 never ends
     started = time.monotonic()
     cmd = command(out, wikitext, 1, overrides, None, script=PRETRAIN_PAUSING)
