@@ -13,10 +13,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${1:-../shared/data}"
 PIP="${PIP:-.venv/bin/pip}"
-# What the machine's image lacks of deepspeed's, webdataset's and pydantic's needs; the rest
-# (numpy, aiohttp, fsspec, safetensors, psutil, einops, msgpack, ninja, py-cpuinfo, ...) is there.
+# What the machine's image lacks of deepspeed's, webdataset's and pydantic's needs, and isal
+# (checkpoints' CRC-32s); the rest (numpy, aiohttp, fsspec, safetensors, psutil, einops, msgpack,
+# ninja, py-cpuinfo, tokenizers, ...) is there.
 MISSING=(webdataset braceexpand hjson pydantic pydantic_core annotated-types typing-inspection
-  typing_extensions)
+  typing_extensions isal)
 PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64)
 
 rm -rf .whl && mkdir -p .whl
