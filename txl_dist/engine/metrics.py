@@ -24,6 +24,7 @@ from txl_dist.config import WandbConfig
 from txl_dist.logs import libraries_quiet
 from txl_dist.model.accounting import train_flops_per_token
 from txl_dist.model.config import TXLConfig
+from txl_dist.process import resident
 from txl_dist.scores import format_score
 
 log = logging.getLogger(__name__)
@@ -98,9 +99,7 @@ def memory_gib(device: torch.device) -> float:
     """Peak accelerator memory, or this process's peak resident memory on the CPU."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    return resident.peak_bytes() / 2**30
 
 
 def wandb_mode(mode: str) -> str:

@@ -2,7 +2,12 @@
 
 import torch
 
-from txl_dist.engine.checkpoint.snapshot_memory import optimizer_tensors, room_among, storage_bytes
+from txl_dist.engine.checkpoint.snapshot_memory import (
+    optimizer_tensors,
+    room_among,
+    storage_bytes,
+    synchronous_line,
+)
 
 GIB = 1024**3
 
@@ -25,10 +30,10 @@ def test_a_torch_optimizer_holds_its_parameters_and_moments():
 
 def test_a_machine_needs_room_for_all_its_ranks_snapshots():
     # 4 GiB each fits 10 GiB alone, but two ranks on one machine need 2 x 4 x 1.25 + 0.5 GiB.
-    assert room_among([("a", 4 * GIB, 10 * GIB)], step=3).fits
-    short = room_among([("a", 4 * GIB, 10 * GIB), ("a", 4 * GIB, 10 * GIB)], step=3)
+    assert room_among([("a", 4 * GIB, 10 * GIB)]).fits
+    short = room_among([("a", 4 * GIB, 10 * GIB), ("a", 4 * GIB, 10 * GIB)])
     assert not short.fits
-    assert short.warning == (
+    assert synchronous_line(short.shortage, step=3) == (
         "a (rank 0) has 10.00 GiB of host memory available, the snapshots of its 2 rank(s) need "
         "10.50 GiB beside training's peak, with the margin: saving step 3 synchronously "
         "(train.async_save)"
@@ -38,6 +43,6 @@ def test_a_machine_needs_room_for_all_its_ranks_snapshots():
 def test_one_short_machine_makes_every_rank_save_synchronously_and_is_named():
     need, plenty, little = GIB, 10 * GIB, 2 * GIB  # b's two ranks need 3 GiB; rank 3 sees 2
     everyone = [("a", need, plenty), ("a", need, plenty), ("b", need, plenty), ("b", need, little)]
-    answer = room_among(everyone, step=8)
-    assert not answer.fits and answer.warning.startswith("b (rank 3) has ")
-    assert room_among(everyone[:3], step=8).fits
+    answer = room_among(everyone)
+    assert not answer.fits and answer.shortage.startswith("b (rank 3) has ")
+    assert room_among(everyone[:3]).fits

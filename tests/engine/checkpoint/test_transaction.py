@@ -168,11 +168,19 @@ def test_the_snapshot_estimate_covers_the_files_each_rank_writes(saves):
         assert actual <= results[rank]["snapshot_bytes"] <= 1.25 * actual
         # known at start-up: the moments Adam's first step creates counted before it
         assert results[rank]["snapshot_bytes_before_a_step"] == results[rank]["snapshot_bytes"]
-        # and training's own growth in host memory (the start-up room check adds it): this
+        # and training's own growth in host memory (the reservation's room check adds it): this
         # rank's fp32 partition's two moments and step, until the first step takes them
         partition = (WIDTH * WIDTH + WIDTH) // 2
         assert results[rank]["host_growth_before_a_step"] == 2 * 4 * partition + 4
         assert results[rank]["host_growth"] == 0
+
+
+def test_the_snapshots_memory_is_reserved_once_a_step_ran_and_rank_0_says_so(saves):
+    _, results = saves
+    [line] = results[0]["reservations"]  # at the second update, beside the first's peak
+    reserved = r"asynchronous saves: \d+\.\d\d GiB of host memory reserved on rank 0"
+    assert re.fullmatch(reserved, line)
+    assert results[1]["reservations"] == []
 
 
 def test_txl_inspects_estimate_is_the_engines_for_zero_2(saves):

@@ -7,7 +7,8 @@ available).
 
 python -c "from tests.engine.checkpoint.transaction_worker import main; main(ROOT)" RANK
 prints `RESULT {json}`: what this rank's saves raised, whether the kept checkpoint reloads, the
-phases the after_phase hook heard, the warnings logged and this rank's snapshot estimate.
+phases the after_phase hook heard, the warnings logged, the lines on the snapshots' reserved
+memory and this rank's snapshot estimate.
 """
 
 from __future__ import annotations
@@ -88,12 +89,15 @@ def slow_serialization(seconds: float = 1.0) -> Iterator[None]:
         background.serialized = serialized
 
 
-def _logged_warnings() -> list[str]:
-    """The messages of the warnings our loggers log from now on."""
+def _logged(level: int) -> list[str]:
+    """The messages our loggers log at `level` from now on."""
     messages = []
-    handler = logging.Handler(logging.WARNING)
+    handler = logging.Handler(level)
     handler.emit = lambda record: messages.append(record.getMessage())
-    logging.getLogger("txl_dist").addHandler(handler)
+    handler.addFilter(lambda record: record.levelno == level)
+    ours = logging.getLogger("txl_dist")
+    ours.setLevel(min(ours.getEffectiveLevel(), level))
+    ours.addHandler(handler)
     return messages
 
 
@@ -128,7 +132,7 @@ def main(root: str) -> None:
         savers["fallback"].available_memory = lambda: 0
     out = {"snapshot_bytes_before_a_step": savers["async"].snapshot_bytes()}  # no moments yet
     out["host_growth_before_a_step"] = moments_to_come(engine.optimizer, in_host_memory=True)
-    warnings = _logged_warnings()
+    warnings, infos = _logged(logging.WARNING), _logged(logging.INFO)
     phases = {"plain": [], "async": [], "fallback": []}  # [phase, step] as the hook heard them
     for name, heard in phases.items():
         savers[name].after_phase = lambda phase, step, heard=heard: heard.append([phase, step])
@@ -182,6 +186,7 @@ def main(root: str) -> None:
     out["reloaded"] = torch.equal(engine.module.weight, saved)
     out["phases"], out["async_phases"] = phases["plain"], phases["async"]
     out["fallback_phases"], out["warnings"] = phases["fallback"], warnings
+    out["reservations"] = [line for line in infos if line.startswith("asynchronous saves: ")]
     out["snapshot_bytes"] = savers["async"].snapshot_bytes()
     out["host_growth"] = moments_to_come(engine.optimizer, in_host_memory=True)
     print("RESULT " + json.dumps(out), flush=True)

@@ -22,7 +22,7 @@ from txl_dist.engine.checkpoint.retention import prune
 from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
 from txl_dist.engine.checkpoint.transaction import SaveTransaction
 from txl_dist.engine.memory import MemoryBank
-from txl_dist.process import preflight
+from txl_dist.process import preflight, resident
 from txl_dist.process.dist import World
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,11 @@ class Checkpointer:
         """Whether the last save is still being written in the background."""
         return self._background is not None
 
+    @property
+    def reserved_bytes(self) -> int:
+        """Host memory this rank holds for its snapshots."""
+        return self._arena.held
+
     def snapshot_bytes(self) -> int:
         """This rank's snapshot of an asynchronous save, in host memory."""
         return snapshot_memory.rank_bytes(self.engine, self.config.model, self.rows_per_rank)
@@ -169,14 +174,17 @@ class Checkpointer:
 
     def _reserve_arena(self) -> None:
         """Where every machine has room for its ranks' snapshots beside training's peak, each
-        rank reserves its snapshot's memory now, on a thread (a collective). Called once a step
-        has run: at start-up that peak is unknown (lm1b_base's first step doubles a rank's
-        memory), and the moments are yet to come."""
+        rank reserves its snapshot's memory now, on a thread (a collective); rank 0 says which.
+        Called once a step has run: at start-up that peak is unknown (lm1b_base's first step
+        doubles a rank's memory), and the moments are yet to come."""
         mine = self.snapshot_bytes()
         growth = snapshot_memory.moments_to_come(self.engine.optimizer, in_host_memory=True)
         needed = mine + growth + snapshot_memory.transient_bytes()
-        if snapshot_memory.room(needed, self.available_memory, step=0).fits:
+        room = snapshot_memory.room(needed, self.available_memory)
+        if room.fits:
             self._arena.reserve(mine)  # else each save asks again, and allocates what it takes
+        if self.world.is_main:
+            log.info(snapshot_memory.reserved_line(room, mine))
 
     def _room_for_snapshots(self, step: int) -> bool:
         """Whether every machine has host memory for what its ranks' snapshots need beyond what
@@ -184,18 +192,21 @@ class Checkpointer:
         synchronously (a collective: the ranks agree)."""
         more = max(0, self.snapshot_bytes() - self._arena.held)  # the arena holds the rest
         needed = more + snapshot_memory.transient_bytes()
-        room = snapshot_memory.room(needed, self.available_memory, step)
-        if room.warning and self.world.is_main:
-            log.warning(room.warning)
+        room = snapshot_memory.room(needed, self.available_memory)
+        if room.shortage and self.world.is_main:
+            log.warning(snapshot_memory.synchronous_line(room.shortage, step))
         return room.fits
 
     def before_update(self) -> None:
         """Return once the background save, if any, no longer reads the live model and
         optimizer tensors: call before each optimizer update, which changes them (every rank at
-        the same updates: the second one reserves the snapshots' memory, a collective)."""
+        the same updates: the second one reserves the snapshots' memory beside the peak since
+        the first, a collective)."""
         if self._background is not None:
             self._background.serialized.wait()
         self._updates += 1
+        if self.async_save and self._updates == 1:
+            resident.mark()  # the peak beside a snapshot: the steps', not start-up's
         if self.async_save and self._updates == 2:
             self._reserve_arena()
 

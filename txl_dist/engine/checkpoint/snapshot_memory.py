@@ -13,7 +13,6 @@ there (`Room`); if one machine is short, every rank saves synchronously that tim
 from __future__ import annotations
 
 import dataclasses
-import resource
 import socket
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -24,6 +23,7 @@ import torch.distributed as dist
 
 from txl_dist.model.accounting import SNAPSHOT_RECORD_BYTES, memories_bytes
 from txl_dist.model.config import TXLConfig
+from txl_dist.process import resident
 
 # A machine has room when its memory available covers its ranks' snapshots, a quarter more for
 # serialization's growing buffers, and this much left over for training and the system.
@@ -110,20 +110,20 @@ class Room:
 
     fits: bool
     """True on every rank when every machine has room, False on every rank otherwise."""
-    warning: str | None = None
-    """Why not: the one line the run prints before saving synchronously."""
+    shortage: str | None = None
+    """Why not: which machine has how much available, and what its ranks need."""
 
 
-def room(needed: int, available: Callable[[], int], step: int) -> Room:
+def room(needed: int, available: Callable[[], int]) -> Room:
     """Gather every rank's machine, snapshot bytes and available memory (a collective), then
     decide as `room_among` does: the same answer on every rank."""
     mine = (socket.gethostname(), needed, available())
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
-    return room_among(everyone, step)
+    return room_among(everyone)
 
 
-def room_among(everyone: list[tuple[str, int, int]], step: int) -> Room:
+def room_among(everyone: list[tuple[str, int, int]]) -> Room:
     """Whether each machine of (machine, snapshot bytes, available bytes), one per rank, has
     room: the sum of its ranks' snapshots plus the margin within the least available any of
     them saw."""
@@ -134,16 +134,27 @@ def room_among(everyone: list[tuple[str, int, int]], step: int) -> Room:
         need = sum(n for _, n, _ in ranks) * (1 + MARGIN) + RESERVE_BYTES
         rank, _, free = min(ranks, key=lambda r: r[2])
         if free < need:
-            return Room(False, _short_line(host, rank, len(ranks), free, need, step))
+            return Room(False, _shortage(host, rank, len(ranks), free, need))
     return Room(True)
 
 
-def _short_line(host: str, rank: int, ranks: int, free: int, need: float, step: int) -> str:
+def _shortage(host: str, rank: int, ranks: int, free: int, need: float) -> str:
     return (
         f"{host} (rank {rank}) has {free / GIB:.2f} GiB of host memory available, the snapshots "
-        f"of its {ranks} rank(s) need {need / GIB:.2f} GiB beside training's peak, with the "
-        f"margin: saving step {step} synchronously (train.async_save)"
+        f"of its {ranks} rank(s) need {need / GIB:.2f} GiB beside training's peak, with the margin"
     )
+
+
+def synchronous_line(shortage: str, step: int) -> str:
+    """The warning of a save made synchronously for want of room."""
+    return f"{shortage}: saving step {step} synchronously (train.async_save)"
+
+
+def reserved_line(room: Room, size: int) -> str:
+    """Rank 0's line once the snapshots' memory is reserved (`size` bytes on rank 0), or not."""
+    if room.fits:
+        return f"asynchronous saves: {size / GIB:.2f} GiB of host memory reserved on rank 0"
+    return f"asynchronous saves: no host memory reserved, {room.shortage}; each save asks again"
 
 
 def sizes_line(sizes: list[int], available: int) -> str:
@@ -162,7 +173,7 @@ def available_bytes() -> int:
 
 
 def transient_bytes() -> int:
-    """What this process has held at its peak beyond what it holds now: between steps, what the
-    next step takes again (activations, temporaries), beside a snapshot kept through it."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    return max(0, peak - psutil.Process().memory_info().rss)
+    """What this process held at its peak since the first optimizer update (the checkpointer
+    marks it) beyond what it holds now: between steps, what the next step takes again
+    (activations, temporaries), beside a snapshot kept through it."""
+    return resident.beyond_now_at_peak_since_mark()
