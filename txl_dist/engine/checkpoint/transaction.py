@@ -135,8 +135,7 @@ class SaveTransaction:
         kept state dicts into host memory, set `serialized` (the next optimizer update may
         run), write the snapshot, then as `run`; returns the tag. Raises CheckpointSaveError on
         every rank if any rank fails (BackgroundSave then sets `serialized`)."""
-        self._together("serialize", self._serialize)
-        serialized.set()
+        self._together("serialize", self._serialize, serialized)
         written = self._together("write", self._write_snapshot)
         return self._check_and_publish(written)
 
@@ -189,10 +188,13 @@ class SaveTransaction:
         memories = {self._memories_path(): serialized(self._memories(), self.arena)}
         self.snapshot = {**memories, **self._rank_files()}
 
-    def _serialize(self) -> None:
-        """The kept state dicts serialized into `snapshot`, beside the memories."""
+    def _serialize(self, serialized: threading.Event) -> None:
+        """The kept state dicts serialized into `snapshot`, beside the memories; then this
+        rank's next update may run, without waiting for the other ranks' serialization (their
+        updates change only their own tensors, and this rank's through its collectives)."""
         self.snapshot.update(self.kept.serialized_files(self.arena))
         self.kept = None
+        serialized.set()
 
     def _save_deepspeed(self) -> None:
         """DeepSpeed's save of the model and optimizer into the partial directory."""
