@@ -86,7 +86,7 @@ def settings(data: Path, out: Path, stage: int, every: int, steps: int, ranks: i
         f"train.save_interval={every}",
         "train.eval_interval=0",
         "train.keep_last=2",
-        "train.async_save=true",  # the snapshot's memory reserved at start-up, as in a real run
+        "train.async_save=true",  # the snapshot's memory reserved after a step, as in a real run
         f"deepspeed.zero_optimization.stage={stage}",
         "logging.log_interval=1000",
         "logging.wandb.mode=disabled",
@@ -114,6 +114,7 @@ def measure_in_process(argv: list[str]) -> None:
     """Runs under the launcher: the real loop, its steps, save calls and publishes timed."""
     config, world, trainer = built_trainer(argv)
     steps, calls, waits, published, modes = [], [], [], {}, []
+    reserved = []  # rank 0's host memory held for snapshots at the first asynchronous save
 
     def timed(record, work):
         def call(*args, **kwargs):
@@ -131,6 +132,8 @@ def measure_in_process(argv: list[str]) -> None:
     def save_in_turn(*args, **kwargs):
         checkpoints.async_save = len(modes) % 2 == 1  # sync first, then async, and so on
         modes.append("async" if checkpoints.async_save else "sync")
+        if checkpoints.async_save and not reserved:
+            reserved.append(checkpoints.reserved_bytes)
         return save(*args, **kwargs)
 
     trainer.train_step = timed(steps, trainer.train_step)
@@ -148,6 +151,7 @@ def measure_in_process(argv: list[str]) -> None:
         record = stalls(steps, calls, waits, published, every, config.train.max_steps)
         record.update(mode=modes[: len(record["call_s"])])
         record.update(snapshot_gib=checkpoints.snapshot_bytes() / 2**30)
+        record.update(reserved_gib=reserved[0] / 2**30)
         print("STALL " + json.dumps(record), flush=True)
 
 
@@ -218,6 +222,10 @@ def main() -> None:
                 mean = {k: statistics.mean(r[f"{k}_s"][j] for j in mine) for k in COLUMNS}
                 figures = " ".join(f"{v:6.2f}" for v in (r["step_s"], *mean.values()))
                 print(f"{stage:>4} {mode:>5} {figures}", flush=True)
+            print(
+                f"     rank 0's snapshot {r['snapshot_gib']:.2f} GiB; host memory reserved for it "
+                f"before its first asynchronous save: {r['reserved_gib']:.2f} GiB"
+            )
             if args.json:
                 print(json.dumps(dict(stage=stage, **r)), flush=True)
 
