@@ -138,7 +138,8 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
         engine.phases.append(watchdog.current)
         return evaluation or EvalResult(loss=1.0, ppl=2.7, tokens=6, seconds=0.1)
 
-    world, memory = World(rank=0, local_rank=0, world_size=1), MemoryBank(1)
+    world, plan = World(rank=0, local_rank=0, world_size=1), config.plan(world_size=1)
+    memory = MemoryBank(plan.accumulation)
     checkpoints = SavesAsEvents.for_run(engine, memory, config, world, ROWS, start_step or None)
     return Trainer(
         config=config,
@@ -154,7 +155,7 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
         evaluate_split=evaluate_split,
         checkpoints=checkpoints,
         state=RunState(run_id="r", step=start_step, restarts=1 if start_step else 0),
-        plan=config.plan(world_size=1),
+        plan=plan,
     )
 
 
@@ -319,3 +320,15 @@ def test_a_mix_logs_its_tokens_per_corpus_and_evaluates_each_corpus_and_their_me
     assert any("| mix web 18 books 6" in line for line in lines)
     assert any(line.startswith("eval valid books step 4 | loss 4.0000") for line in lines)
     assert trainer.metrics.evaluations["valid"]["loss"] == 2.5  # the summary shows the mean
+
+
+def test_a_background_save_is_waited_for_only_before_an_optimizer_update(tmp_path):
+    # 2 rows on 1 rank, 1 row per micro step: DeepSpeed updates at every second engine.step;
+    # the first micro step's forward and backward may run beside the serialization.
+    events = []
+    trainer = make_trainer(tmp_path, events, max_steps=3, max_micro_rows=1)
+    micro_steps_before = []
+    trainer.checkpoints.before_update = lambda: micro_steps_before.append(trainer.engine.steps)
+    trainer.run()
+    assert trainer.plan.accumulation == 2
+    assert micro_steps_before == [1, 3, 5]

@@ -177,7 +177,8 @@ class Trainer:
             )
             loss = out.loss.float().mean()
             self.engine.backward(loss)
-            self.checkpoints.before_update()  # a background save may still read the weights
+            if slot == self.plan.accumulation - 1:  # DeepSpeed updates after the last slot
+                self.checkpoints.before_update()  # a background save may still read the weights
             self.engine.step()
             self.memory.set(slot, out.mems)
             slot_losses.append(loss.detach())

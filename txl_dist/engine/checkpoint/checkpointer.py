@@ -199,9 +199,10 @@ class Checkpointer:
 
     def before_update(self) -> None:
         """Return once the background save, if any, no longer reads the live model and
-        optimizer tensors: call before each optimizer update, which changes them (every rank at
-        the same updates: the second one reserves the snapshots' memory beside the peak since
-        the first, a collective)."""
+        optimizer tensors: call before each optimizer update, which changes them, not before
+        an accumulation's other micro steps, which do not (every rank at the same updates: the
+        second one reserves the snapshots' memory beside the peak since the first, a
+        collective)."""
         if self._background is not None:
             self._background.serialized.wait()
         self._updates += 1
