@@ -7,7 +7,7 @@ wt103_base at its real size (151M parameters: the shipped vocabulary of 267,735 
 WikiText-103 train prefix in --raw fills with its own ~32k words, the rest never seen), bf16, on
 --ranks ranks (2) of the real launcher (`deepspeed --num_gpus 2 launch/pretrain.py`'s loop,
 gloo), the batch shrunk to one row per rank. For each ZeRO stage one run trains
-(2 x saves + 1) x save-every steps with a save every save-every steps, synchronous and
+(2 x saves + 3) x save-every steps with a save every save-every steps, synchronous and
 asynchronous saves taking turns (train.async_save switched before each): both meet the same
 machine, whose speed drifts from minute to minute in a shared VM. --threads sets each rank's
 compute threads (OMP_NUM_THREADS; unset: the machine's cores shared among the ranks):
@@ -17,14 +17,19 @@ checkpointer's after_phase hook, when `latest` moved; rank 0 prints per save, th
 mode's:
 
   call    the save's call on the training loop (for an asynchronous save, the snapshot)
-  wait    of the stall, the optimizer updates' waits for the background serialization
-  stall   the training time the save cost: its call plus what the steps that ran during its
-          background write took beyond the run's median step with no write running (they
-          share the cores with it; summed with their signs, so that noise cancels)
+  wait    the optimizer updates' waits for the background serialization (part of `after`)
+  after   what the steps after the save took beyond the run's median step (of those after no
+          save): as many steps after each save, whichever its mode, as the most that ran
+          beside an asynchronous save's background write (they share the cores with it; a
+          synchronous save's next steps may run slower too); summed with their signs, so
+          that noise cancels
+  stall   the training time the save cost: call + after
   wall    from the save's call until `latest` named it
 
-The end-of-run save is not counted. Prints the date and machine first; `--json` adds one JSON
-line per run (with each save's mode, its steps beside its write, beside_s, and every step).
+The first two saves (one of each, in the run's warm-up: its steps still slow down for minutes)
+and the end-of-run save are not counted. Prints the date and machine first; `--json` adds one
+JSON line per run (with each counted save's mode, the window of steps counted after each save
+and every step).
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ from train_engine import REPO, built_trainer, launcher, measure_or_launch
 
 WT103_BASE = REPO / "configs" / "wt103_base.json"
 VOCABULARY = 267_735  # wt103_base's model.n_token
-COLUMNS = ("call", "wait", "stall", "wall")
+COLUMNS = ("call", "wait", "after", "stall", "wall")
+WARM_UP_SAVES = 2  # one of each mode, not counted: the run's first minutes are slower
 VALID_BYTES = 100_000  # the prefix's valid split: the runs never evaluate, txl-prepare wants one
 
 
@@ -97,7 +103,7 @@ def settings(data: Path, out: Path, stage: int, every: int, steps: int, ranks: i
 def run(data: Path, stage: int, args: argparse.Namespace) -> dict:
     """One launcher run; rank 0's record of it."""
     every = args.save_every
-    steps = (2 * args.saves + 1) * every
+    steps = (2 * args.saves + WARM_UP_SAVES + 1) * every  # and the end-of-run save
     env = {**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
     with tempfile.TemporaryDirectory(dir=REPO / "runs") as out:
         argv = ["--measure", "--config", str(WT103_BASE)]
@@ -148,38 +154,43 @@ def measure_in_process(argv: list[str]) -> None:
     trainer.run()
     if world.is_main:
         every = config.train.save_interval
-        record = stalls(steps, calls, waits, published, every, config.train.max_steps)
-        record.update(mode=modes[: len(record["call_s"])])
+        record = stalls(steps, calls, waits, published, modes, every, config.train.max_steps)
         record.update(snapshot_gib=checkpoints.snapshot_bytes() / 2**30)
         record.update(reserved_gib=reserved[0] / 2**30)
         print("STALL " + json.dumps(record), flush=True)
 
 
-def stalls(steps, calls, waits, published, every: int, max_steps: int) -> dict:
-    """Per counted save (not the end of run's): its stall and wall time (see the docstring)."""
-    writes = [(end, published[every * (j + 1)]) for j, (_, end) in enumerate(calls)]
-    counted = [j for j in range(len(calls)) if every * (j + 1) < max_steps]
+def stalls(steps, calls, waits, published, modes, every: int, max_steps: int) -> dict:
+    """Per counted save (neither the warm-up's nor the end of run's): its mode, stall and wall
+    time (see the docstring)."""
+    counted = [j for j in range(WARM_UP_SAVES, len(calls)) if every * (j + 1) < max_steps]
+    writes = {j: (calls[j][1], published[every * (j + 1)]) for j in counted}
 
     def during(start: float, write: tuple[float, float]) -> bool:
         return write[0] <= start < write[1]
 
-    alone = [e - s for s, e in steps[2:] if not any(during(s, w) for w in writes)]
+    # The steps after each save counted against it, whichever its mode: as many as the most
+    # that ran beside a background write (a synchronous save's next steps may run slower too).
+    beside = [sum(during(s, writes[j]) for s, _ in steps) for j in counted if modes[j] == "async"]
+    window = max(1, *beside)
+    after = {j: [k for k, (s, _) in enumerate(steps) if s >= calls[j][1]][:window] for j in counted}
+    in_windows = {k for ks in after.values() for k in ks}
+    alone = [e - s for k, (s, e) in enumerate(steps) if k >= 2 and k not in in_windows]
     base = statistics.median(alone)  # the first steps warm up
-    call, wait, stall, wall, beside = [], [], [], [], []
+    record = {key: [] for key in ("call_s", "wait_s", "after_s", "stall_s", "wall_s")}
     for j in counted:
         call_start, call_end = calls[j]
-        beside.append([e - s for s, e in steps if during(s, writes[j])])
-        call.append(call_end - call_start)
-        wait.append(sum(e - s for s, e in waits if during(s, writes[j])))
+        ks = after[j]
+        record["call_s"].append(call_end - call_start)
+        record["wait_s"].append(sum(e - s for s, e in waits if during(s, writes[j])))
         # Signed: a step faster than the median offsets a slower one, as noise does with no
-        # write running; summing only the excesses would count noise as stall.
-        stall.append(call[-1] + sum(step - base for step in beside[-1]))
-        wall.append(writes[j][1] - call_start)
+        # save at all; summing only the excesses would count noise as stall.
+        record["after_s"].append(sum(steps[k][1] - steps[k][0] - base for k in ks))
+        record["stall_s"].append(record["call_s"][-1] + record["after_s"][-1])
+        record["wall_s"].append(writes[j][1] - call_start)
     every_step = [e - s for s, e in steps]
-    return dict(
-        step_s=base, call_s=call, wait_s=wait, stall_s=stall, wall_s=wall, beside_s=beside,
-        steps_s=every_step,
-    )  # fmt: skip
+    mode = [modes[j] for j in counted]
+    return dict(step_s=base, window=window, mode=mode, **record, steps_s=every_step)
 
 
 def cpu_model() -> str:
@@ -210,8 +221,8 @@ def main() -> None:
         f"a save every {args.save_every} steps"
     )
     print("seconds per save, the mean of each mode's; step: the median step with no write running")
-    columns = ("ZeRO", "save", "step", "call", "wait", "stall", "wall")
-    print(" ".join(f"{c:>{w}}" for c, w in zip(columns, (4, 5, 6, 6, 6, 6, 6), strict=True)))
+    columns = ("ZeRO", "save", "step", *COLUMNS)
+    print(" ".join(f"{c:>{w}}" for c, w in zip(columns, (4, 5, 6, 6, 6, 6, 6, 6), strict=True)))
     os.makedirs(REPO / "runs", exist_ok=True)
     with tempfile.TemporaryDirectory(dir=REPO / "runs") as work:
         data = prepare_data(Path(args.raw), Path(work))
