@@ -42,8 +42,8 @@ class Piece:
 
 class HostArena:
     """Host memory that every snapshot of a run reuses, in blocks. Touching fresh pages costs
-    more than copying into them (a page fault each): `reserve` touches them on a thread at
-    start-up, and later saves reuse them."""
+    more than copying into them (a page fault each): `reserve` touches them on a thread once
+    training has room for them, and later saves reuse them."""
 
     def __init__(self):
         self.blocks: list[np.ndarray] = []
