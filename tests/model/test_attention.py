@@ -8,6 +8,7 @@ from txl_dist.model import TXLConfig
 from txl_dist.model.attention import (
     SDPA_HEAD_MULTIPLE,
     RelMultiHeadAttention,
+    ShiftedBias,
     attend,
     attention_bias,
     attention_mask,
@@ -67,11 +68,14 @@ def test_rel_shift_attention_equals_direct_pairs(clamp_len, same_length, m_len):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-def test_rel_shift_moves_each_row_by_its_distance_as_a_view():
+@pytest.mark.parametrize("extra", [0, 5])
+def test_rel_shift_moves_each_row_by_its_distance_as_a_view(extra):
+    """Rows padded with a zero slot in front and `extra` slots behind (an aligned width)."""
     q_len, k_len = 3, 7
     scores = torch.arange(q_len * k_len, dtype=torch.float).view(1, 1, q_len, k_len) + 1
-    padded = torch.nn.functional.pad(scores, (1, 0))
-    shifted = rel_shift(padded)
+    padded = torch.nn.functional.pad(scores, (1, extra))
+    shifted = rel_shift(padded, k_len)
+    assert shifted.shape == scores.shape
     m_len = k_len - q_len
     for i in range(q_len):
         for j in range(m_len + i + 1):
@@ -87,11 +91,13 @@ def test_same_length_gives_every_query_mem_len_keys():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_position_bias_is_the_scaled_shifted_product_masked_forward_and_backward(dtype):
-    """position_bias (zero slot in the product, shift as a view, scale on the query) against the
-    definition: the product, then the pad-and-copy shift, scaled, masked; gradients too."""
+@pytest.mark.parametrize("m_len", [0, 7, 11])
+def test_position_bias_is_the_scaled_shifted_product_masked_forward_and_backward(dtype, m_len):
+    """position_bias (batch folded into one product per head, rows padded to an aligned width,
+    its own shift backward) against the definition: the product, then the pad-and-copy shift,
+    scaled, masked; gradients too. K + 1 = 6, 13 and 17 columns pad to 8, 16 and 24."""
     torch.manual_seed(0)
-    q_len, m_len, scale = 5, 7, 32**-0.5
+    q_len, scale = 5, 32**-0.5
     k_len = q_len + m_len
     allowed = attention_mask(q_len, m_len, 4, True, "cpu")
     query, r_key = torch.randn(2, 3, q_len, 32, dtype=dtype), torch.randn(3, 32, k_len, dtype=dtype)
@@ -109,6 +115,17 @@ def test_position_bias_is_the_scaled_shifted_product_masked_forward_and_backward
     torch.testing.assert_close(got.double(), want, **tolerance)
     for mine, theirs in zip(fused, plain):
         torch.testing.assert_close(mine.grad.double(), theirs.grad, **tolerance)
+
+
+@pytest.mark.parametrize("width", [8, 16])
+def test_shifted_bias_backward_is_the_gradient_of_its_forward(width):
+    """ShiftedBias's hand-written backward (each element written once, unread slots zero)
+    against finite differences, through the realigned entries and the masked ones."""
+    torch.manual_seed(0)
+    q_len, k_len = 3, 7
+    padded = torch.randn(2, 3, q_len, width, dtype=torch.float64, requires_grad=True)
+    mask = torch.randn(q_len, k_len, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda t: ShiftedBias.apply(t, mask), (padded,))
 
 
 def attention_inputs():
