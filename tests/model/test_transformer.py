@@ -173,3 +173,43 @@ def test_initial_weights_come_from_the_cpu_generator_wherever_the_parameters_liv
         model.init_weights()
         after.append(torch.randn(3))
     torch.testing.assert_close(after[0], after[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # bf16 takes the SDPA path
+def test_a_step_given_host_cluster_sizes_makes_no_host_sync(dtype):
+    """Forward with memory and backward under fake tensors, which have no values: any .item(),
+    .tolist(), nonzero or shape that depends on the data raises there. Counting the clusters
+    on the device (no sizes given) is such an op, so the test sees one when there is one."""
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        FakeTensorMode,
+    )
+
+    config = TXLConfig(
+        n_token=100, cutoffs=[20, 50], div_val=2, n_layer=2, n_head=2, d_model=16, d_head=8,
+        d_inner=32, tgt_len=5, mem_len=5, dropout=0.1, dropatt=0.1,
+    )  # fmt: skip
+    model = TransformerXL(config).to(dtype).train()
+    ids = torch.randint(0, 100, (2, 6))
+    sizes = model.cluster_sizes(ids[:, 1:])
+
+    def two_segments(sizes):
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            out = model(ids[:, :-1], ids[:, 1:], None, cluster_sizes=sizes)
+            out = model(ids[:, :-1], ids[:, 1:], out.mems, cluster_sizes=sizes)
+            out.loss.float().mean().backward()
+
+    two_segments(sizes)
+    with pytest.raises((DataDependentOutputException, DynamicOutputShapeException)):
+        two_segments(None)
+
+
+def test_host_cluster_sizes_give_the_nll_of_device_ones():
+    config = TXLConfig(n_token=100, cutoffs=[20, 50], n_layer=1, d_model=16, d_head=4)
+    model = TransformerXL(config).eval()
+    ids, targets = torch.randint(0, 100, (3, 8)), torch.randint(0, 100, (3, 8))
+    targets[0, 4] = -100  # an ignored target: its own group
+    want = model(ids, targets).loss
+    got = model(ids, targets, cluster_sizes=model.cluster_sizes(targets)).loss
+    assert torch.equal(got, want)

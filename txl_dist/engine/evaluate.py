@@ -67,7 +67,7 @@ def evaluate(
         input_ids, targets = input_ids.to(device), targets.to(device)
         out = model(input_ids, targets, mems)
         scored = targets != IGNORE_INDEX
-        nll_sum += out.loss.double()[scored].sum()
+        nll_sum += out.loss.double().masked_fill(~scored, 0).sum()  # no boolean index: no sync
         count += scored.sum()
         mems = out.mems
         on_batch()

@@ -110,12 +110,17 @@ class AdaptiveLogSoftmax(nn.Module):
         """[N, head size + n_clusters]; tail cluster i's mass is column -i (the reference order)."""
         return F.log_softmax(self._cluster_logits(hidden, 0).float(), dim=-1)
 
-    def forward(self, hidden: Tensor, targets: Tensor) -> Tensor:
+    def forward(
+        self, hidden: Tensor, targets: Tensor, cluster_sizes: list[int] | None = None
+    ) -> Tensor:
         """NLL [N] (float32) of targets [N] under hidden [N, d_model]; ignored targets score 0.
 
         Every cluster is computed on every call, with however many rows it has (possibly none),
         so each rank touches the same parameters in the same order whatever its batch holds:
-        under ZeRO-3 each access is a collective. The only host transfer is the rows per cluster.
+        under ZeRO-3 each access is a collective. The rows per cluster size the tail products:
+        `cluster_sizes` (from `cluster_sizes(targets)` on the host, before the targets went to
+        the device) makes the call free of host syncs; without them they are counted here, one
+        device-to-host transfer.
         """
         if not self.n_clusters:
             return F.cross_entropy(
@@ -124,7 +129,8 @@ class AdaptiveLogSoftmax(nn.Module):
                 reduction="none",
                 ignore_index=IGNORE_INDEX,
             )
-        cluster, order, sizes = self._group_by_cluster(targets)
+        cluster = self._clusters(targets)
+        sizes = self.cluster_sizes(targets) if cluster_sizes is None else cluster_sizes
         # One gather from the head for every row: its own token's column for a head-cluster
         # target, the cluster's column -i for a target in tail cluster i (ignored rows: any
         # column, zeroed at the end), so the head's gradient is built in one pass.
@@ -132,7 +138,7 @@ class AdaptiveLogSoftmax(nn.Module):
         column = torch.where(cluster == 0, targets, head_size + self.n_clusters - cluster)
         head = self._head_log_probs(hidden)  # [N, head size + n_clusters]
         nll = -head.gather(1, column.clamp(min=0).unsqueeze(1)).squeeze(1)
-        groups = order.split(sizes)
+        groups = torch.argsort(cluster, stable=True).split(sizes)
         for i in range(1, self.n_clusters + 1):
             rows = groups[i]
             local = (targets[rows] - self.bounds[i][0]).unsqueeze(1)  # [n_i, 1]
@@ -140,26 +146,28 @@ class AdaptiveLogSoftmax(nn.Module):
             nll = nll.index_add(0, rows, tail.gather(1, local).squeeze(1), alpha=-1)
         return nll.masked_fill(targets == IGNORE_INDEX, 0.0)
 
-    def _group_by_cluster(self, targets: Tensor) -> tuple[Tensor, Tensor, list[int]]:
-        """Each row's cluster, row indices sorted by cluster, and the rows per cluster (head first).
+    def cluster_sizes(self, targets: Tensor) -> list[int]:
+        """Rows per cluster (head first) of targets [N], then the ignored targets: what
+        `forward` takes as `cluster_sizes`. Raises on ids outside [0, n_token).
 
-        Two more groups follow the clusters: ids outside [0, n_token), which raise, and ignored
-        targets. The sizes are the one device-to-host transfer (n_clusters + 3 integers).
+        On a host tensor this costs no device sync; on a device tensor it is one transfer.
         """
-        n_token = self.bounds[-1][1]
-        cluster = sum(
-            (targets >= end).long() for _, end in self.bounds
-        )  # n_clusters + 1: >= n_token
-        cluster = torch.where(targets < 0, self.n_clusters + 1, cluster)
-        cluster = torch.where(targets == IGNORE_INDEX, self.n_clusters + 2, cluster)
-        sizes = torch.bincount(cluster, minlength=self.n_clusters + 3).tolist()
-        if sizes[self.n_clusters + 1]:
+        counts = torch.bincount(self._clusters(targets.reshape(-1)), minlength=self.n_clusters + 3)
+        *sizes, outside, ignored = counts.tolist()
+        if outside:
             raise ValueError(
-                f"{sizes[self.n_clusters + 1]} target ids are outside [0, n_token={n_token}) "
+                f"{outside} target ids are outside [0, n_token={self.bounds[-1][1]}) "
                 f"(and not the ignore index {IGNORE_INDEX}): the data's vocabulary does not "
                 "match the model"
             )
-        return cluster, torch.argsort(cluster, stable=True), sizes
+        return [*sizes, outside, ignored]
+
+    def _clusters(self, targets: Tensor) -> Tensor:
+        """Each target's cluster (head 0); n_clusters + 1 for ids outside [0, n_token),
+        n_clusters + 2 for ignored targets: the groups `cluster_sizes` counts."""
+        cluster = sum((targets >= end).long() for _, end in self.bounds)
+        cluster = torch.where(targets < 0, self.n_clusters + 1, cluster)
+        return torch.where(targets == IGNORE_INDEX, self.n_clusters + 2, cluster)
 
     def log_probs(self, hidden: Tensor) -> Tensor:
         """Log-probabilities over the whole vocabulary, [N, n_token] float32."""

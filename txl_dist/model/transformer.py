@@ -195,9 +195,15 @@ class TransformerXL(nn.Module):
         return [empty] * self.config.n_layer
 
     def forward(
-        self, input_ids: Tensor, targets: Tensor | None = None, mems: list[Tensor] | None = None
+        self,
+        input_ids: Tensor,
+        targets: Tensor | None = None,
+        mems: list[Tensor] | None = None,
+        cluster_sizes: list[int] | None = None,
     ) -> TXLOutput:
-        """input_ids, targets: [B, T] int64; mems: from the previous segment (None: no memory)."""
+        """input_ids, targets: [B, T] int64; mems: from the previous segment (None: no memory);
+        cluster_sizes: `self.cluster_sizes(targets)` taken on the host before the copy to the
+        device, which spares the step its one host sync (None: counted on the device)."""
         cfg = self.config
         batch, q_len = input_ids.shape
         if mems is None:
@@ -221,8 +227,13 @@ class TransformerXL(nn.Module):
         if targets is None:
             log_probs = self.crit.log_probs(hidden).view(batch, q_len, -1)
             return TXLOutput(loss=None, mems=new_mems, log_probs=log_probs)
-        loss = self.crit(hidden, targets.reshape(-1)).view(batch, q_len)
+        loss = self.crit(hidden, targets.reshape(-1), cluster_sizes).view(batch, q_len)
         return TXLOutput(loss=loss, mems=new_mems, log_probs=None)
+
+    def cluster_sizes(self, targets: Tensor) -> list[int]:
+        """The targets' rows per softmax cluster, for `forward`: count them on the host tensor
+        before it goes to the device. Raises ValueError on ids outside the vocabulary."""
+        return self.crit.cluster_sizes(targets)
 
     @torch.no_grad()
     def _update_mems(self, layer_inputs: list[Tensor], mems: list[Tensor]) -> list[Tensor]:
