@@ -13,10 +13,12 @@ from txl_dist.cli.inspect_model import inspect_config
 from txl_dist.config import load_run_config
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.accounting import (
+    TAIL_TARGET_SHARE,
     activation_bytes_per_row,
     forward_flops_per_token,
     rank_memory_bytes,
 )
+from txl_dist.model.adaptive import cluster_bounds
 
 SHIPPED_CONFIGS = sorted(path.name for path in (REPO_ROOT / "configs").glob("*.json"))
 FLOP_ROWS = 2  # more than one row: the position projection is shared by the rows of a forward
@@ -59,7 +61,11 @@ def saved_activation_bytes(config: TXLConfig, rows: int) -> int:
     model = TransformerXL(config).train()
     head = config.cutoffs[0] if config.cutoffs else config.n_token
     input_ids = torch.randint(0, config.n_token, (rows, config.tgt_len))
-    targets = torch.randint(0, head, (rows, config.tgt_len))  # real text: mostly head tokens
+    # Real text's mix, as the estimate states it: the head, and a share in the widest tail.
+    targets = torch.randint(0, head, (rows, config.tgt_len))
+    start, end = max(cluster_bounds(config)[1:], key=lambda b: b[1] - b[0], default=(0, 1))
+    tail = torch.rand(targets.shape) < TAIL_TARGET_SHARE
+    targets = torch.where(tail, torch.randint(start, end, targets.shape), targets)
     mems = None
     for _ in range(-(-config.mem_len // config.tgt_len)):
         mems = model(input_ids, targets, mems).mems

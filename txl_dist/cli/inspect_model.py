@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 from txl_dist.config import ConfigError, RunConfig, load_run_config
 from txl_dist.model.accounting import (
+    TAIL_TARGET_SHARE,
     ZERO_STAGES,
     activation_bytes_per_row,
     build_on_meta,
@@ -106,6 +107,7 @@ def format_report(r: ModelReport) -> str:
     lines += [f"    ZeRO-{s}  {b / gib:10.2f} GiB" for s, b in r.zero_bytes_per_rank.items()]
     lines.append(
         f"  activations per micro-batch row (estimate) {r.activation_bytes_per_row / gib:.2f} GiB"
+        f" (softmax: {TAIL_TARGET_SHARE:.0%} of targets in the tail clusters, as in real text)"
     )
     first, others = r.snapshot_bytes
     lines.append(
