@@ -51,6 +51,8 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script: the bench and txl_dist packages beside it
 
+from bench.levers import LEVERS, plain_step  # noqa: E402
+from bench.step_profile import corpus_tokens, profile_step, uniform_tokens  # noqa: E402
 from bench.train_step import reference_step  # noqa: E402
 from bench.vs_reference import reference_tree  # noqa: E402
 from data_pipeline.cli import main as prepare_main  # noqa: E402
@@ -93,6 +95,12 @@ class Row:
     """Passed, failed, or None: skipped or a plain measurement."""
     detail: str = ""
     """Why it was skipped, or more figures."""
+    targets: str | None = None
+    """A speed row's targets: "corpus" (real text's ids) or "uniform" (drawn uniformly)."""
+    busy: float | None = None
+    """A speed row's device-busy fraction of one profiled step's wall time."""
+    breakdown: dict[str, float] | None = None
+    """A speed row's busy time of that step by category (step_profile.CATEGORIES), and idle, ms."""
 
 
 @dataclasses.dataclass
@@ -483,19 +491,9 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def our_step(model: TransformerXL, tokens: torch.Tensor) -> Callable[[], None]:
-    state = {"mems": None}
-
-    def step():
-        out = model(tokens[:, :-1], tokens[:, 1:], state["mems"])
-        out.loss.float().mean().backward()
-        state["mems"] = out.mems
-        model.zero_grad(set_to_none=True)
-
-    return step
-
-
-def speed_rows(plan: Plan, device: torch.device, reference: Path | None, work: Path) -> list[Row]:
+def speed_rows(
+    plan: Plan, device: torch.device, reference: Path | None, data: Path | None, work: Path
+) -> list[Row]:
     rows = []
     tree = reference_tree(reference, work / "reference") if reference else None
     if tree is None:
@@ -512,7 +510,8 @@ def speed_rows(plan: Plan, device: torch.device, reference: Path | None, work: P
     for name, overrides, micros in plan.speed:
         config = model_config(name, overrides)
         for micro in micros:
-            rows += config_speed(plan, name, config, micro, device, tree, micro == micros[0])
+            shipped = micro == micros[0]
+            rows += config_speed(plan, name, config, micro, device, tree, shipped, data)
     if tree is not None:
         name, overrides, micros = plan.speed[-1]  # large's shapes on the GPU
         rows += attention_alone(plan, name, model_config(name, overrides), micros[0], device, tree)
@@ -558,31 +557,72 @@ def attention_alone(plan, name, config, micro, device, tree) -> list[Row]:
     ]
 
 
-def config_speed(plan, name, config, micro, device, tree, shipped: bool) -> list[Row]:
-    """Our bf16 (module cast, as DeepSpeed's bf16 engine) model at one micro batch, then at the
-    shipped one also compiled, in fp32, and the reference in fp32 and bf16 autocast."""
+def speed_tokens(config, micro: int, data: Path | None, device) -> tuple[torch.Tensor, str]:
+    """A speed row's [micro, tgt_len + 1] ids on the device and their kind: the prefix's text
+    when there is one (--data), else uniform."""
+    if data is None:
+        return uniform_tokens(config.n_token, micro, config.tgt_len + 1).to(device), "uniform"
+    return corpus_tokens(data, config.n_token, micro, config.tgt_len + 1).to(device), "corpus"
+
+
+def config_speed(plan, name, config, micro, device, tree, shipped: bool, data) -> list[Row]:
+    """Our bf16 (module cast, as DeepSpeed's bf16 engine) model at one micro batch, on real
+    text's ids where --data gives them; at the shipped micro batch also on uniform ids,
+    compiled, in fp32, and the reference in fp32 and bf16 autocast."""
     torch.manual_seed(0)
-    tokens = torch.randint(0, config.n_token, (micro, config.tgt_len + 1), device=device)
+    tokens, kind = speed_tokens(config, micro, data, device)
     label = f"{name} micro {micro}"
     try:
         model = TransformerXL(config).to(device).train()
-        runs = {"bf16": our_step(copy.deepcopy(model).to(torch.bfloat16), tokens)}
+        bf16 = copy.deepcopy(model).to(torch.bfloat16)
+        runs = {"bf16": plain_step(bf16, tokens)}
         if shipped:
-            runs["fp32"] = our_step(model, tokens)
+            if kind == "corpus":
+                uniform = uniform_tokens(config.n_token, micro, config.tgt_len + 1).to(device)
+                runs["bf16 uniform targets"] = plain_step(bf16, uniform)
+            runs["fp32"] = plain_step(model, tokens)
             if plan.compile:
                 compiled = copy.deepcopy(model).to(torch.bfloat16)
                 compile_layers(compiled)
-                runs["bf16 compiled"] = our_step(compiled, tokens)
+                runs["bf16 compiled"] = plain_step(compiled, tokens)
             if tree is not None:
                 with torch.device(device):  # the reference builds on the default device
                     reference = reference_step(model, tokens, str(tree))
                 runs["reference fp32"] = reference
                 runs["reference bf16 autocast"] = autocast(reference, device)
-        return measured(plan, label, config, micro, runs, device)
+        return measured(plan, label, config, micro, runs, device, kind)
     except torch.OutOfMemoryError:
         return [Row("speed", label, None, "", None, "does not fit in memory")]
     finally:
         torch.cuda.empty_cache() if device.type == "cuda" else None
+
+
+def lever_rows(plan: Plan, device: torch.device, data: Path | None) -> list[Row]:
+    """Each lever off and on at each config's shipped micro batch, bf16, everything else as
+    shipped: the ratio of tokens/s on to off."""
+    rows = []
+    for name, overrides, micros in plan.speed:
+        config, micro = model_config(name, overrides), micros[0]
+        tokens, kind = speed_tokens(config, micro, data, device)
+        torch.manual_seed(0)
+        model = TransformerXL(config).to(device=device, dtype=torch.bfloat16).train()
+        for lever in LEVERS:
+            if lever.switch == "train.compile" and not plan.compile:
+                continue
+            rates = {
+                on: micro
+                * config.tgt_len
+                / time_steps(lever.step(model, tokens, on), device, 3, plan.speed_steps)
+                for on in (False, True)
+            }
+            detail = f"off {rates[False]:.0f}, on {rates[True]:.0f} tokens/s; {lever.switch}"
+            label = f"{name} micro {micro}: {lever.name}, on / off"
+            row = Row("levers", label, rates[True] / rates[False], "ratio", None, detail)
+            row.targets = kind
+            rows.append(row)
+        del model
+        torch.cuda.empty_cache() if device.type == "cuda" else None
+    return rows
 
 
 def autocast(step: Callable[[], None], device: torch.device) -> Callable[[], None]:
@@ -593,7 +633,7 @@ def autocast(step: Callable[[], None], device: torch.device) -> Callable[[], Non
     return autocast_step
 
 
-def measured(plan, label, config, micro, runs, device) -> list[Row]:
+def measured(plan, label, config, micro, runs, device, kind: str) -> list[Row]:
     tokens = micro * config.tgt_len
     flops = train_flops_per_token(config, micro)
     rates, rows = {}, []
@@ -613,7 +653,12 @@ def measured(plan, label, config, micro, runs, device) -> list[Row]:
                 p.numel() for p in TransformerXL(config, init_weights=False).parameters()
             )  # bf16 weights and gradients
             detail += f"; peak memory {used / 2**30:.2f} GiB, estimate {estimate / 2**30:.2f}"
-        rows.append(Row("speed", f"{label} {run}: tokens/s", rates[run], "tokens/s", None, detail))
+        row = Row("speed", f"{label} {run}: tokens/s", rates[run], "tokens/s", None, detail)
+        row.targets = "uniform" if "uniform" in run else kind
+        if run == "bf16":
+            row.busy, row.breakdown = profile_step(step, device)
+            row.detail += f"; busy {row.busy:.0%}"
+        rows.append(row)
     for ours, ref in (("fp32", "reference fp32"), ("bf16", "reference bf16 autocast")):
         if ref in rates:
             rows.append(
@@ -683,7 +728,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, help="a kimiyoung/transformer-xl checkout")
     parser.add_argument(
         "--only",
-        default="speed,correctness,engine",
+        default="speed,levers,correctness,engine",
         help="the sections to run, comma-separated (a rerun of what a time limit cut off)",
     )
     args = parser.parse_args(argv)
@@ -694,7 +739,8 @@ def main(argv: list[str] | None = None) -> int:
     sections = {
         "correctness": lambda tmp: correctness_rows(plan, device),
         "engine": lambda tmp: engine_rows(plan, device, args.data, tmp, args.out),
-        "speed": lambda tmp: speed_rows(plan, device, args.reference, tmp),
+        "speed": lambda tmp: speed_rows(plan, device, args.reference, args.data, tmp),
+        "levers": lambda tmp: lever_rows(plan, device, args.data),
     }
     chosen = args.only.split(",")
     if unknown := [name for name in chosen if name not in sections]:

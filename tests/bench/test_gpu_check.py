@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from bench.gpu_check import compared, main
+from bench.step_profile import CATEGORIES
 from tests import processes
 from tests.conftest import REPO_ROOT
 
@@ -32,7 +33,10 @@ def test_quick_cpu_check_passes_and_writes_its_rows(shared_data, tmp_path):
     assert rows["tiny ZeRO-3 bf16: first loss - ZeRO-2's (same initial weights)"]["ok"] is True
     with gzip.open(tmp_path / "trace-rank0.json.gz") as trace:
         assert "traceEvents" in json.load(trace)
-    assert rows["tiny micro 2 bf16: tokens/s"]["value"] > 0
+    speed = rows["tiny micro 2 bf16: tokens/s"]
+    assert speed["value"] > 0 and speed["targets"] == "corpus" and 0 < speed["busy"] <= 1
+    assert set(speed["breakdown"]) == {*CATEGORIES, "idle"}
+    assert rows["tiny micro 2 bf16 uniform targets: tokens/s"]["targets"] == "uniform"
     assert "no --reference" in rows["reference MemTransformerLM"]["detail"]
     assert "ok   correctness tiny fp32 on cpu" in proc.stdout  # the printed table
 
@@ -48,6 +52,6 @@ def test_correctness_rows_fail_on_a_wrong_nll_or_gradient():
 
 
 def test_an_unknown_section_is_refused_before_anything_runs(tmp_path):
-    with pytest.raises(SystemExit, match="--only takes correctness, engine, speed; got engnie"):
+    with pytest.raises(SystemExit, match="--only takes correctness, engine, speed, levers; got engnie"):
         main(["--device", "cpu", "--only", "engine,engnie", "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()

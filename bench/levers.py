@@ -1,0 +1,97 @@
+"""The fast CUDA path's levers, each timed off and on in one process (the GPU check's A/B part).
+
+A lever is a switch a user has (a config key, or a model constant where the change is exact
+and has no reason to be off) and a way to build one training step with it off or on. Every
+other lever stays as shipped, so each ratio is that lever's own gain on today's code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+from collections.abc import Callable, Iterator
+
+import torch
+
+from txl_dist.engine.build import compile_layers
+from txl_dist.model import TransformerXL, attention
+
+Step = Callable[[], None]
+StepFactory = Callable[[TransformerXL, torch.Tensor, bool], Step]
+"""(bf16 model, tokens on its device, on) -> one forward + backward continuing its memory."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Lever:
+    """One speed lever and how to time it."""
+
+    name: str
+    """What it does, in a few words."""
+    switch: str
+    """Where a user turns it on or off."""
+    step: StepFactory
+    """Builds a training step with the lever off or on."""
+
+
+def _position_rows(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
+    inner = plain_step(model, tokens)
+    multiple = attention.POSITION_ROW_MULTIPLE if on else 1  # 1: the reference's K + 1 rows
+
+    def step():
+        with _constant(attention, "POSITION_ROW_MULTIPLE", multiple):
+            inner()
+
+    return step
+
+
+def _host_sizes(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
+    return plain_step(model, tokens, host_sizes=on)
+
+
+def _compiled(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
+    if not on:
+        return plain_step(model, tokens)
+    compiled = copy.deepcopy(model)
+    compile_layers(compiled)
+    return plain_step(compiled, tokens)
+
+
+LEVERS = (
+    Lever(
+        "position product in aligned rows",
+        "txl_dist.model.attention.POSITION_ROW_MULTIPLE (exact; 1 = K + 1 rows)",
+        _position_rows,
+    ),
+    Lever(
+        "cluster sizes from the host",
+        "model(..., cluster_sizes=model.cluster_sizes(targets)) (exact; the loop does it)",
+        _host_sizes,
+    ),
+    Lever("compiled layers", "train.compile", _compiled),
+)
+
+
+def plain_step(model: TransformerXL, tokens: torch.Tensor, host_sizes: bool = True) -> Step:
+    """One forward + backward of `tokens` (on the model's device) continuing the previous
+    call's memory; the softmax's cluster sizes counted on the host, as training does."""
+    state = {"mems": None}
+    sizes = model.cluster_sizes(tokens[:, 1:].cpu()) if host_sizes else None
+
+    def step():
+        out = model(tokens[:, :-1], tokens[:, 1:], state["mems"], cluster_sizes=sizes)
+        out.loss.float().mean().backward()
+        state["mems"] = out.mems
+        model.zero_grad(set_to_none=True)
+
+    return step
+
+
+@contextlib.contextmanager
+def _constant(module, name: str, value) -> Iterator[None]:
+    saved = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
