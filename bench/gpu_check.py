@@ -599,15 +599,19 @@ def config_speed(plan, name, config, micro, device, tree, shipped: bool, data) -
 
 def lever_rows(plan: Plan, device: torch.device, data: Path | None) -> list[Row]:
     """Each lever off and on at each config's shipped micro batch, bf16, everything else as
-    shipped: the ratio of tokens/s on to off."""
+    shipped: the ratio of tokens/s on to off, and the largest difference of the losses of
+    LEVER_STEPS steps with dropout off (exact levers: bf16 rounding only)."""
     rows = []
     for name, overrides, micros in plan.speed:
         config, micro = model_config(name, overrides), micros[0]
         tokens, kind = speed_tokens(config, micro, data, device)
         torch.manual_seed(0)
         model = TransformerXL(config).to(device=device, dtype=torch.bfloat16).train()
+        quiet = dataclasses.replace(config, dropout=0.0, dropatt=0.0)
+        torch.manual_seed(0)
+        no_dropout = TransformerXL(quiet).to(device=device, dtype=torch.bfloat16).train()
         for lever in LEVERS:
-            if lever.switch == "train.compile" and not plan.compile:
+            if lever.switch.startswith("train.") and not plan.compile:  # compile, graphs: GPU
                 continue
             rates = {
                 on: micro
@@ -615,14 +619,31 @@ def lever_rows(plan: Plan, device: torch.device, data: Path | None) -> list[Row]
                 / time_steps(lever.step(model, tokens, on), device, 3, plan.speed_steps)
                 for on in (False, True)
             }
-            detail = f"off {rates[False]:.0f}, on {rates[True]:.0f} tokens/s; {lever.switch}"
+            gap = max(
+                abs(a - b)
+                for a, b in zip(
+                    *(lever_losses(lever, no_dropout, tokens, on) for on in (False, True))
+                )
+            )
+            detail = (
+                f"off {rates[False]:.0f}, on {rates[True]:.0f} tokens/s; "
+                f"max |loss on - off| {gap:.2e} without dropout; {lever.switch}"
+            )
             label = f"{name} micro {micro}: {lever.name}, on / off"
             row = Row("levers", label, rates[True] / rates[False], "ratio", None, detail)
             row.targets = kind
             rows.append(row)
-        del model
+        del model, no_dropout
         torch.cuda.empty_cache() if device.type == "cuda" else None
     return rows
+
+
+LEVER_STEPS = 4  # the first with empty memory, then full: both shapes of a graph or compile
+
+
+def lever_losses(lever, model, tokens, on: bool) -> list[float]:
+    step = lever.step(copy.deepcopy(model), tokens, on)
+    return [step().item() for _ in range(LEVER_STEPS)]
 
 
 def autocast(step: Callable[[], None], device: torch.device) -> Callable[[], None]:

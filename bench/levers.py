@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterator
 import torch
 
 from txl_dist.engine.build import compile_layers
+from txl_dist.engine.graphs import graph_layers
 from txl_dist.model import TransformerXL, attention
 
-Step = Callable[[], None]
+Step = Callable[[], torch.Tensor]
 StepFactory = Callable[[TransformerXL, torch.Tensor, bool], Step]
-"""(bf16 model, tokens on its device, on) -> one forward + backward continuing its memory."""
+"""(bf16 model, tokens on its device, on) -> one forward + backward continuing its memory,
+returning the step's mean loss (detached)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +42,7 @@ def _position_rows(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step
 
     def step():
         with _constant(attention, "POSITION_ROW_MULTIPLE", multiple):
-            inner()
+            return inner()
 
     return step
 
@@ -57,6 +59,14 @@ def _compiled(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
     return plain_step(compiled, tokens)
 
 
+def _cuda_graphs(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
+    if not on:
+        return plain_step(model, tokens)
+    graphed = copy.deepcopy(model)
+    graph_layers(graphed)
+    return plain_step(graphed, tokens)
+
+
 LEVERS = (
     Lever(
         "position product in aligned rows",
@@ -69,6 +79,7 @@ LEVERS = (
         _host_sizes,
     ),
     Lever("compiled layers", "train.compile", _compiled),
+    Lever("CUDA graphs of the layers", "train.cuda_graphs", _cuda_graphs),
 )
 
 
@@ -80,9 +91,11 @@ def plain_step(model: TransformerXL, tokens: torch.Tensor, host_sizes: bool = Tr
 
     def step():
         out = model(tokens[:, :-1], tokens[:, 1:], state["mems"], cluster_sizes=sizes)
-        out.loss.float().mean().backward()
+        loss = out.loss.float().mean()
+        loss.backward()
         state["mems"] = out.mems
         model.zero_grad(set_to_none=True)
+        return loss.detach()
 
     return step
 

@@ -210,3 +210,18 @@ def test_an_error_naming_a_txl_set_key_says_it_came_from_txl_set():
     )
     # a key merely beginning like it is not the one set
     assert naming_txl_set("train.max_steps_x is wrong", env) == "train.max_steps_x is wrong"
+
+
+@pytest.mark.parametrize(
+    "settings, words",
+    [
+        (["deepspeed.zero_optimization.stage=3"], "does not work with ZeRO stage 3"),
+        (["train.activation_checkpointing=true"], "exclude each other"),
+    ],
+)
+def test_cuda_graphs_are_refused_where_a_graph_cannot_replay_the_layers(settings, words):
+    with pytest.raises(ConfigError, match=f"train.cuda_graphs.*{words}"):
+        load_run_config(
+            str(REPO_ROOT / "configs/tiny.json"),
+            ["model.n_token=12000", "train.cuda_graphs=true", *settings],
+        )

@@ -163,6 +163,9 @@ class TrainConfig:
     """Recompute each layer's activations in backward to save memory."""
     compile: bool = False
     """torch.compile each decoder layer (faster steps after a one-off compile; not with ZeRO-3)."""
+    cuda_graphs: bool = False
+    """Replay the decoder layers of a training step as CUDA graphs (no kernel launches from
+    Python; CUDA devices, ZeRO stages 0-2, not with activation checkpointing)."""
     max_wallclock: float | None = None
     """Seconds after the process started at which the run checkpoints and stops by itself."""
     dist_timeout_s: float = 600.0
@@ -246,6 +249,17 @@ class RunConfig:
                 "train.compile does not work with ZeRO stage 3 (its parameter gathers run in "
                 "hooks that torch.compile cannot trace); set train.compile=false or use "
                 "deepspeed.zero_optimization.stage 0-2"
+            )
+        if self.train.cuda_graphs and self.zero_stage == 3:
+            raise ValueError(
+                "train.cuda_graphs does not work with ZeRO stage 3 (its parameter gathers run "
+                "in hooks a graph cannot replay); set train.cuda_graphs=false or use "
+                "deepspeed.zero_optimization.stage 0-2"
+            )
+        if self.train.cuda_graphs and self.train.activation_checkpointing:
+            raise ValueError(
+                "train.cuda_graphs and train.activation_checkpointing exclude each other (a "
+                "graph keeps every layer's activations); set one of them to false"
             )
 
     def to_dict(self) -> dict[str, Any]:

@@ -495,6 +495,7 @@ def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_previous_checkpoint(
         ("data.test_split=test", "or skip it with --set data.test_split=null"),
         ("model.n_token=20000", "the model has 20000"),
         ("train.out_dir=/proc/txl-run", "train.out_dir=/proc/txl-run is not writable"),
+        ("train.cuda_graphs=true", "train.cuda_graphs needs CUDA devices"),
         (
             "TXL_SET=train.max_steps=0",  # from the environment, where it is easily forgotten
             "config error: train.max_steps must be at least 1, got 0 "

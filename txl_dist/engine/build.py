@@ -23,6 +23,7 @@ from txl_dist.config import RunConfig
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import Checkpointer, ResumePoint, RunState
 from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
+from txl_dist.engine.graphs import graph_layers
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.schedule import lr_multiplier
@@ -62,6 +63,8 @@ def _assemble_trainer(
         _checkpoint_layers(model)
     if config.train.compile:
         compile_layers(model)
+    if config.train.cuda_graphs:  # preflight made sure the devices are CUDA's
+        graph_layers(model)
     optimizer = build_optimizer(model, config)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_multiplier(config.optim, config.train.max_steps)

@@ -95,6 +95,8 @@ class TransformerXL(nn.Module):
         self.r_w_bias = nn.Parameter(torch.empty(config.n_head, config.d_head))
         self.r_r_bias = nn.Parameter(torch.empty(config.n_head, config.d_head))
         self.crit = AdaptiveLogSoftmax(config)
+        # The layers' CUDA graphs where train.cuda_graphs asks (txl_dist/engine/graphs.py).
+        self.graphed_layers = None
         self.tie_weights()
         if init_weights:
             self.init_weights()
@@ -217,10 +219,7 @@ class TransformerXL(nn.Module):
         pos_enc = self.drop(pos_enc)  # [K, d_model]
 
         h = self.drop(self.word_emb(input_ids))  # [B, Q, d_model]
-        layer_inputs = []
-        for layer, mem in zip(self.layers, mems):
-            layer_inputs.append(h)
-            h = layer(h, mem, pos_enc, self.r_w_bias, self.r_r_bias, mask)
+        h, layer_inputs = self.run_layers(h, mems, pos_enc, mask)
         new_mems = self._update_mems(layer_inputs, mems)
         hidden = self.drop(h).reshape(batch * q_len, cfg.d_model)
 
@@ -229,6 +228,19 @@ class TransformerXL(nn.Module):
             return TXLOutput(loss=None, mems=new_mems, log_probs=log_probs)
         loss = self.crit(hidden, targets.reshape(-1), cluster_sizes).view(batch, q_len)
         return TXLOutput(loss=loss, mems=new_mems, log_probs=None)
+
+    def run_layers(
+        self, h: Tensor, mems: list[Tensor], pos_enc: Tensor, mask: Tensor
+    ) -> tuple[Tensor, list[Tensor]]:
+        """The decoder layers over h with their memories: (output, each layer's input)."""
+        graphs = self.graphed_layers
+        if graphs is not None and (run := graphs.maybe_run(h, mems, pos_enc, mask)) is not None:
+            return run
+        layer_inputs = []
+        for layer, mem in zip(self.layers, mems):
+            layer_inputs.append(h)
+            h = layer(h, mem, pos_enc, self.r_w_bias, self.r_r_bias, mask)
+        return h, layer_inputs
 
     def cluster_sizes(self, targets: Tensor) -> list[int]:
         """The targets' rows per softmax cluster, for `forward`: count them on the host tensor

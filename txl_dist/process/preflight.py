@@ -11,6 +11,8 @@ import os
 import shutil
 import tempfile
 
+import torch
+
 from data_pipeline.errors import DataError
 from data_pipeline.mixing import check_same_vocabulary
 from data_pipeline.shards import load_manifest, manifest_url
@@ -25,8 +27,18 @@ CHECKPOINT_BYTES_PER_PARAMETER = ZERO_STAGES[0](1)
 
 def check_before_training(config: RunConfig) -> None:
     """Raise ConfigError naming the setting and the fix for the first problem found."""
+    check_device(config)
     check_splits(config)
     check_out_dir(config.train.out_dir, checkpoint_bytes(config))
+
+
+def check_device(config: RunConfig) -> None:
+    """Settings that need a CUDA device have one."""
+    if config.train.cuda_graphs and not torch.cuda.is_available():
+        raise ConfigError(
+            "train.cuda_graphs needs CUDA devices, and this machine has none; "
+            "set train.cuda_graphs=false"
+        )
 
 
 def check_splits(config: RunConfig) -> None:
