@@ -6,7 +6,8 @@
   cuDNN backend with a bias that needs a gradient, FlexAttention reading the unshifted table
   (dropatt 0), each against today's gradients, and FlashAttention without the position term
   over the segment alone (a floor, not exact).
-- gemm: `wt103_base`'s unaligned widths against the zero-padded ones.
+- gemm: `wt103_base`'s unaligned widths against the zero-padded ones, and with only d_model
+  unaligned.
 Writes OUT/gpu_probe.json (OUT: --out, else $OUT, else runs/gpu_probe).
 """
 
@@ -144,6 +145,9 @@ def gemm(device) -> None:
             ((4500, 2100, 410), (4500, 2112, 416)),
             ((9000, 410, 1230), (9000, 416, 1440)),
             ((4500, 410, 410), (4500, 416, 416)),
+            # d_inner and heads aligned, d_model not: what padding d_model adds
+            ((4500, 410, 2112), (4500, 2112, 410)),
+            ((9000, 410, 1440), (4500, 480, 410)),
         )
     ):
         for shape in ((m, kk, n), (m2, k2, n2)):
@@ -164,6 +168,7 @@ def gemm(device) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--parts", default="gemm,attention", help="the probes to run")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs/gpu_probe")))
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -171,7 +176,8 @@ def main() -> int:
     RESULTS["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     RESULTS["torch"] = torch.__version__
     RESULTS["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    for part in (gemm, attention):
+    parts = {"gemm": gemm, "attention": attention}
+    for part in (parts[name] for name in args.parts.split(",")):
         try:
             part(device)
         except Exception:  # noqa: BLE001

@@ -36,15 +36,20 @@ class Lever:
     """Builds a training step with the lever off or on."""
 
 
-def _position_rows(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
-    inner = plain_step(model, tokens)
-    multiple = attention.POSITION_ROW_MULTIPLE if on else 1  # 1: the reference's K + 1 rows
+def _constant_lever(name: str, off_value: int) -> StepFactory:
+    """A lever that is a constant of txl_dist.model.attention, read at every forward."""
 
-    def step():
-        with _constant(attention, "POSITION_ROW_MULTIPLE", multiple):
-            return inner()
+    def factory(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
+        inner = plain_step(model, tokens)
+        value = getattr(attention, name) if on else off_value
 
-    return step
+        def step():
+            with _constant(attention, name, value):
+                return inner()
+
+        return step
+
+    return factory
 
 
 def _host_sizes(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
@@ -71,7 +76,12 @@ LEVERS = (
     Lever(
         "position product in aligned rows",
         "txl_dist.model.attention.POSITION_ROW_MULTIPLE (exact; 1 = K + 1 rows)",
-        _position_rows,
+        _constant_lever("POSITION_ROW_MULTIPLE", 1),
+    ),
+    Lever(
+        "d_inner padded to an aligned width",
+        "txl_dist.model.attention.WIDTH_MULTIPLE (exact, CUDA; 1 = the config's width)",
+        _constant_lever("WIDTH_MULTIPLE", 1),
     ),
     Lever(
         "cluster sizes from the host",

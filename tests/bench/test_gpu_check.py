@@ -52,6 +52,8 @@ def test_correctness_rows_fail_on_a_wrong_nll_or_gradient():
 
 
 def test_an_unknown_section_is_refused_before_anything_runs(tmp_path):
-    with pytest.raises(SystemExit, match="--only takes correctness, engine, speed, levers; got engnie"):
+    with pytest.raises(
+        SystemExit, match="--only takes correctness, engine, speed, levers; got engnie"
+    ):
         main(["--device", "cpu", "--only", "engine,engnie", "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()

@@ -146,8 +146,9 @@ def attend(
     computes in float32 inside, more precisely than these ops would, so it stays.
     """
     if query.device.type != "cpu" or query.dtype != torch.float32:
-        multiple = SDPA_HEAD_MULTIPLE if query.device.type == "cuda" else 1
-        return padded_sdpa(query, key, value, bias, scale, dropatt, multiple)
+        return F.scaled_dot_product_attention(
+            query, key, value, attn_mask=bias, dropout_p=dropatt, scale=scale
+        )
     b, h, q_len, d = query.shape
     k_len = key.size(2)
     scores = torch.baddbmm(
@@ -160,33 +161,21 @@ def attend(
     return torch.bmm(probs, value.reshape(b * h, k_len, -1)).view(b, h, q_len, -1)
 
 
-# SDPA's memory-efficient kernel, the fused one that takes an additive bias with a gradient, needs
-# a head size that is a multiple of 8 in bf16 / fp16; any other takes the math path.
+# Widths zero-padded inside the weights at use, on CUDA. SDPA's memory-efficient kernel (the
+# fused one that takes a bias with a gradient) needs a head size that is a multiple of 8, else
+# it takes its math path; and rows of bf16 in 16-byte multiples take cuBLAS's aligned kernels
+# (WIDTH_MULTIPLE, for d_inner: 1 turns it off). A CPU gains nothing from the extra columns, so
+# it computes the paper's widths.
 SDPA_HEAD_MULTIPLE = 8
+WIDTH_MULTIPLE = 8
+PADDED_DEVICES = {"cuda"}
 
 
-def padded_sdpa(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    bias: Tensor,
-    scale: float,
-    dropatt: float,
-    multiple: int,
-) -> Tensor:
-    """scaled_dot_product_attention with the head size zero-padded to `multiple`, then sliced.
-
-    Zero columns add nothing to q.k and give zero output columns, and the scale is the real head
-    size's, so the result is unchanged; wt103_base's 41 becomes 48 and gets the fused kernel.
-    """
-    d = query.size(-1)
-    pad = -d % multiple
-    if pad:
-        query, key, value = (F.pad(t, (0, pad)) for t in (query, key, value))
-    out = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=bias, dropout_p=dropatt, scale=scale
-    )
-    return out[..., :d] if pad else out
+def padded_width(width: int, multiple: int, device: torch.device) -> int:
+    """`width` rounded up to `multiple` on the PADDED_DEVICES, unchanged elsewhere."""
+    if device.type not in PADDED_DEVICES:
+        return width
+    return -(-width // multiple) * multiple
 
 
 class RelMultiHeadAttention(nn.Module):
@@ -224,17 +213,17 @@ class RelMultiHeadAttention(nn.Module):
         k_len = context.size(1)
 
         # Queries only for the segment: memory positions need keys and values, never queries.
-        inner = self.n_head * self.d_head
-        w_q, w_kv = self.qkv_net.weight.split([inner, 2 * inner])
+        d_head = padded_width(self.d_head, SDPA_HEAD_MULTIPLE, h.device)
+        inner = self.n_head * d_head
+        w_qkv, w_r, w_o, r_w_bias, r_r_bias = self._weights(r_w_bias, r_r_bias, d_head)
+        w_q, w_kv = w_qkv.split([inner, 2 * inner])
         query = F.linear(context[:, -q_len:], w_q)  # [B, Q, H*D]
         key, value = F.linear(context, w_kv).chunk(2, dim=-1)  # [B, K, H*D] each
         query, key, value = (
-            t.view(b, -1, self.n_head, self.d_head).transpose(1, 2)  # [B, H, Q or K, D]
+            t.view(b, -1, self.n_head, d_head).transpose(1, 2)  # [B, H, Q or K, D]
             for t in (query, key, value)
         )
-        r_key = (
-            self.r_net(pos_enc).view(k_len, self.n_head, self.d_head).permute(1, 2, 0)
-        )  # [H, D, K]
+        r_key = F.linear(pos_enc, w_r).view(k_len, self.n_head, d_head).permute(1, 2, 0)  # [H,D,K]
 
         # Terms (b)+(d): [B, H, Q, D] @ [H, D, K] -> [B, H, Q, K], realigned by distance, masked.
         bias = position_bias(query + r_r_bias[:, None], r_key, mask.to(query.dtype), self.scale)
@@ -244,5 +233,30 @@ class RelMultiHeadAttention(nn.Module):
         attended = attend(
             query + r_w_bias[:, None], key, value, bias.to(value.dtype), self.scale, dropatt
         )
-        out = self.drop(self.o_net(attended.transpose(1, 2).reshape(b, q_len, inner)))  # [B, Q, d]
+        out = F.linear(attended.transpose(1, 2).reshape(b, q_len, inner), w_o)  # [B, Q, d_model]
+        out = self.drop(out)
         return h + out if self.pre_lnorm else self.layer_norm(h + out)
+
+    def _weights(
+        self, r_w_bias: Tensor, r_r_bias: Tensor, d_head: int
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The q/k/v, r and output weights and u, v with each head zero-padded to d_head.
+
+        Exact: zero query, key and position columns add nothing to the scores, zero value
+        columns give zero output columns, and the output weight's zero columns drop them; the
+        scale stays the real head size's. Padded at use, so the state dict keeps the paper's
+        shapes and the padding gets no gradient.
+        """
+        pad = d_head - self.d_head
+        weights = (self.qkv_net.weight, self.r_net.weight, self.o_net.weight, r_w_bias, r_r_bias)
+        if not pad:
+            return weights
+        w_qkv, w_r, w_o, u, v = weights
+        heads = self.n_head
+
+        def per_head_rows(w: Tensor) -> Tensor:  # [n * H * D, d_model] -> [n * H * d_head, ...]
+            padded = F.pad(w.view(-1, heads, self.d_head, w.size(-1)), (0, 0, 0, pad))
+            return padded.flatten(0, 2)
+
+        w_o = F.pad(w_o.view(w_o.size(0), heads, self.d_head), (0, pad)).flatten(1)
+        return per_head_rows(w_qkv), per_head_rows(w_r), w_o, F.pad(u, (0, pad)), F.pad(v, (0, pad))

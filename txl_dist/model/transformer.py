@@ -18,12 +18,15 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
+from txl_dist.model import attention
 from txl_dist.model.adaptive import AdaptiveEmbedding, AdaptiveLogSoftmax
 from txl_dist.model.attention import (
     RelMultiHeadAttention,
     attention_bias,
+    padded_width,
     relative_distances,
     sinusoid_encoding,
 )
@@ -68,8 +71,20 @@ class FeedForward(nn.Module):
 
     def forward(self, h: Tensor) -> Tensor:
         if self.pre_lnorm:
-            return h + self.CoreNet(self.layer_norm(h))
-        return self.layer_norm(h + self.CoreNet(h))
+            return h + self._core(self.layer_norm(h))
+        return self.layer_norm(h + self._core(h))
+
+    def _core(self, h: Tensor) -> Tensor:
+        """CoreNet, with d_inner zero-padded to an aligned width where the device pays for it
+        (attention.WIDTH_MULTIPLE). Exact: a zero row and bias give a zero hidden unit, ReLU and
+        dropout keep it zero, and the zero column of the second weight drops it; padded at use,
+        so the state dict keeps d_inner and the padding gets no gradient."""
+        first, _, inner_drop, second, out_drop = self.CoreNet
+        w1, b1, w2 = first.weight, first.bias, second.weight
+        if pad := padded_width(w1.size(0), attention.WIDTH_MULTIPLE, h.device) - w1.size(0):
+            w1, b1, w2 = F.pad(w1, (0, 0, 0, pad)), F.pad(b1, (0, pad)), F.pad(w2, (0, pad))
+        hidden = inner_drop(F.relu(F.linear(h, w1, b1), inplace=True))
+        return out_drop(F.linear(hidden, w2, second.bias))
 
 
 class DecoderLayer(nn.Module):
