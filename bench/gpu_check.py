@@ -474,16 +474,25 @@ def fp16_row(name: str, records) -> Row:
 
 def time_steps(step: Callable[[], None], device, warmup: int, steps: int) -> float:
     """Median seconds of `steps` calls after `warmup`, the device drained around each."""
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        synchronize(device)
-        start = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return time_alternating([step], device, warmup, steps)[0]
+
+
+def time_alternating(steps: list[Callable], device, warmup: int, rounds: int) -> list[float]:
+    """Median seconds of each of `steps` over `rounds` rounds that call each once, in turn,
+    after `warmup` calls of each: steps compared this way meet the same machine (a host-bound
+    step's time drifts by a fifth from one second to the next)."""
+    for step in steps:
+        for _ in range(warmup):
+            step()
+    times = [[] for _ in steps]
+    for _ in range(rounds):
+        for step, kept in zip(steps, times):
+            synchronize(device)
+            start = time.perf_counter()
+            step()
+            synchronize(device)
+            kept.append(time.perf_counter() - start)
+    return [statistics.median(kept) for kept in times]
 
 
 def synchronize(device: torch.device) -> None:
@@ -605,37 +614,38 @@ def lever_rows(plan: Plan, device: torch.device, data: Path | None) -> list[Row]
     for name, overrides, micros in plan.speed:
         config, micro = model_config(name, overrides), micros[0]
         tokens, kind = speed_tokens(config, micro, data, device)
-        torch.manual_seed(0)
-        model = TransformerXL(config).to(device=device, dtype=torch.bfloat16).train()
-        quiet = dataclasses.replace(config, dropout=0.0, dropatt=0.0)
-        torch.manual_seed(0)
-        no_dropout = TransformerXL(quiet).to(device=device, dtype=torch.bfloat16).train()
+        models = {}
+        for dropout in (True, False):  # timed with the config's dropout, compared without
+            torch.manual_seed(0)
+            c = config if dropout else dataclasses.replace(config, dropout=0.0, dropatt=0.0)
+            models[dropout] = TransformerXL(c).to(device=device, dtype=torch.bfloat16).train()
         for lever in LEVERS:
             if lever.switch.startswith("train.") and not plan.compile:  # compile, graphs: GPU
                 continue
-            rates = {
-                on: micro
-                * config.tgt_len
-                / time_steps(lever.step(model, tokens, on), device, 3, plan.speed_steps)
-                for on in (False, True)
-            }
-            gap = max(
-                abs(a - b)
-                for a, b in zip(
-                    *(lever_losses(lever, no_dropout, tokens, on) for on in (False, True))
-                )
-            )
-            detail = (
-                f"off {rates[False]:.0f}, on {rates[True]:.0f} tokens/s; "
-                f"max |loss on - off| {gap:.2e} without dropout; {lever.switch}"
-            )
             label = f"{name} micro {micro}: {lever.name}, on / off"
-            row = Row("levers", label, rates[True] / rates[False], "ratio", None, detail)
+            try:
+                row = lever_row(plan, label, lever, models, tokens, device, micro * config.tgt_len)
+            except Exception as err:  # noqa: BLE001 - one lever's failure must not cost the rest
+                traceback.print_exc()
+                row = Row("levers", label, None, "ratio", False, first_line(err))
             row.targets = kind
             rows.append(row)
-        del model, no_dropout
+        del models
         torch.cuda.empty_cache() if device.type == "cuda" else None
     return rows
+
+
+def lever_row(plan, label, lever, models, tokens, device, step_tokens: int) -> Row:
+    steps = [lever.step(models[True], tokens, on) for on in (False, True)]
+    off, on = time_alternating(steps, device, 3, 2 * plan.speed_steps)
+    rates = {False: step_tokens / off, True: step_tokens / on}
+    losses = [lever_losses(lever, models[False], tokens, on) for on in (False, True)]
+    gap = max(abs(a - b) for a, b in zip(*losses))
+    detail = (
+        f"off {rates[False]:.0f}, on {rates[True]:.0f} tokens/s; "
+        f"max |loss on - off| {gap:.2e} without dropout; {lever.switch}"
+    )
+    return Row("levers", label, rates[True] / rates[False], "ratio", None, detail)
 
 
 LEVER_STEPS = 4  # the first with empty memory, then full: both shapes of a graph or compile

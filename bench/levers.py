@@ -36,12 +36,12 @@ class Lever:
     """Builds a training step with the lever off or on."""
 
 
-def _constant_lever(name: str, off_value: int) -> StepFactory:
+def _constant_lever(name: str, on_value: int, off_value: int) -> StepFactory:
     """A lever that is a constant of txl_dist.model.attention, read at every forward."""
 
     def factory(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
         inner = plain_step(model, tokens)
-        value = getattr(attention, name) if on else off_value
+        value = on_value if on else off_value
 
         def step():
             with _constant(attention, name, value):
@@ -76,12 +76,12 @@ LEVERS = (
     Lever(
         "position product in aligned rows",
         "txl_dist.model.attention.POSITION_ROW_MULTIPLE (exact; 1 = K + 1 rows)",
-        _constant_lever("POSITION_ROW_MULTIPLE", 1),
+        _constant_lever("POSITION_ROW_MULTIPLE", 8, 1),
     ),
     Lever(
         "d_inner padded to an aligned width",
-        "txl_dist.model.attention.WIDTH_MULTIPLE (exact, CUDA; 1 = the config's width)",
-        _constant_lever("WIDTH_MULTIPLE", 1),
+        "txl_dist.model.attention.WIDTH_MULTIPLE (exact, CUDA; 8 pads, 1 = as configured)",
+        _constant_lever("WIDTH_MULTIPLE", 8, 1),
     ),
     Lever(
         "cluster sizes from the host",

@@ -187,6 +187,8 @@ def test_aligned_widths_leave_a_layer_and_its_gradients_unchanged(monkeypatch, d
     pos_enc = sinusoid_encoding(relative_distances(9, -1, h.device), 12).double()
     mask = attention_bias(4, 5, 5, False, h.device, torch.float64)
 
+    monkeypatch.setattr(attention, "WIDTH_MULTIPLE", 8)  # d_inner's padding, off by default
+
     def run(padded_devices):
         monkeypatch.setattr(attention, "PADDED_DEVICES", padded_devices)
         layer.zero_grad()

@@ -163,11 +163,12 @@ def attend(
 
 # Widths zero-padded inside the weights at use, on CUDA. SDPA's memory-efficient kernel (the
 # fused one that takes a bias with a gradient) needs a head size that is a multiple of 8, else
-# it takes its math path; and rows of bf16 in 16-byte multiples take cuBLAS's aligned kernels
-# (WIDTH_MULTIPLE, for d_inner: 1 turns it off). A CPU gains nothing from the extra columns, so
-# it computes the paper's widths.
+# it takes its math path. Rows of bf16 in 16-byte multiples take cuBLAS's aligned kernels:
+# WIDTH_MULTIPLE = 8 pads d_inner, off (1) until measured faster (docs/gpus.md: with d_model
+# still unaligned, the products gained 0-22%, the step nothing beyond its noise). A CPU gains
+# nothing from extra columns, so it computes the paper's widths.
 SDPA_HEAD_MULTIPLE = 8
-WIDTH_MULTIPLE = 8
+WIDTH_MULTIPLE = 1
 PADDED_DEVICES = {"cuda"}
 
 
