@@ -16,7 +16,7 @@ import torch
 
 from txl_dist.engine.build import compile_layers
 from txl_dist.engine.graphs import graph_layers
-from txl_dist.model import TransformerXL, attention
+from txl_dist.model import TransformerXL, attention, widths
 
 Step = Callable[[], torch.Tensor]
 StepFactory = Callable[[TransformerXL, torch.Tensor, bool], Step]
@@ -36,15 +36,15 @@ class Lever:
     """Builds a training step with the lever off or on."""
 
 
-def _constant_lever(name: str, on_value: int, off_value: int) -> StepFactory:
-    """A lever that is a constant of txl_dist.model.attention, read at every forward."""
+def _constant_lever(module, name: str, on_value: int, off_value: int) -> StepFactory:
+    """A lever that is a constant of one of the model's modules, read at every forward."""
 
     def factory(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
         inner = plain_step(model, tokens)
         value = on_value if on else off_value
 
         def step():
-            with _constant(attention, name, value):
+            with _constant(module, name, value):
                 return inner()
 
         return step
@@ -76,12 +76,12 @@ LEVERS = (
     Lever(
         "position product in aligned rows",
         "txl_dist.model.attention.POSITION_ROW_MULTIPLE (exact; 1 = K + 1 rows)",
-        _constant_lever("POSITION_ROW_MULTIPLE", 8, 1),
+        _constant_lever(attention, "POSITION_ROW_MULTIPLE", 8, 1),
     ),
     Lever(
-        "d_inner padded to an aligned width",
-        "txl_dist.model.attention.WIDTH_MULTIPLE (exact, CUDA; 8 pads, 1 = as configured)",
-        _constant_lever("WIDTH_MULTIPLE", 8, 1),
+        "d_model and d_inner padded to aligned widths",
+        "txl_dist.model.widths.WIDTH_MULTIPLE (exact, CUDA; 8 pads, 1 = as configured)",
+        _constant_lever(widths, "WIDTH_MULTIPLE", 8, 1),
     ),
     Lever(
         "cluster sizes from the host",

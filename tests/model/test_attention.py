@@ -2,9 +2,8 @@
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
-from txl_dist.model import TXLConfig, attention
+from txl_dist.model import TXLConfig
 from txl_dist.model.attention import (
     RelMultiHeadAttention,
     ShiftedBias,
@@ -16,7 +15,6 @@ from txl_dist.model.attention import (
     relative_distances,
     sinusoid_encoding,
 )
-from txl_dist.model.transformer import DecoderLayer
 
 
 def direct_attention(attn, h, mem, r_w_bias, r_r_bias, clamp_len, mem_len, same_length):
@@ -168,40 +166,3 @@ def test_attention_dropout_drops_probabilities_and_scales_the_rest():
     dropped = attend(query, key, identity, bias, scale, 0.5)
     assert ((dropped == 0) & (probs > 0)).any()
     torch.testing.assert_close(dropped[dropped != 0], probs[dropped != 0] * 2)
-
-
-@pytest.mark.parametrize("d_head, d_inner", [(41, 42), (8, 32)])
-def test_aligned_widths_leave_a_layer_and_its_gradients_unchanged(monkeypatch, d_head, d_inner):
-    """Heads (41 -> 48) and d_inner (42 -> 48) zero-padded inside the weights, as on CUDA,
-    compute the same function in float64, gradients of every weight and of u, v included;
-    widths already aligned (8, 32) run as they are. The FLOP count shows which ran."""
-    torch.manual_seed(0)
-    config = TXLConfig(
-        n_head=3, d_model=12, d_head=d_head, d_inner=d_inner, dropout=0.0, mem_len=5, tgt_len=4
-    )
-    layer = DecoderLayer(config).double().eval()
-    for p in layer.parameters():
-        torch.nn.init.normal_(p, 0.0, 0.3)
-    h, mem = torch.randn(2, 4, 12, dtype=torch.float64), torch.randn(2, 5, 12, dtype=torch.float64)
-    u, v = (torch.randn(3, d_head, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    pos_enc = sinusoid_encoding(relative_distances(9, -1, h.device), 12).double()
-    mask = attention_bias(4, 5, 5, False, h.device, torch.float64)
-
-    monkeypatch.setattr(attention, "WIDTH_MULTIPLE", 8)  # d_inner's padding, off by default
-
-    def run(padded_devices):
-        monkeypatch.setattr(attention, "PADDED_DEVICES", padded_devices)
-        layer.zero_grad()
-        u.grad = v.grad = None
-        with FlopCounterMode(display=False) as counter:
-            out = layer(h, mem, pos_enc, u, v, mask)
-        out.square().sum().backward()
-        grads = [p.grad.clone() for p in (*layer.parameters(), u, v)]
-        return out.detach(), grads, counter.get_total_flops()
-
-    plain, plain_grads, plain_flops = run(set())
-    padded, padded_grads, padded_flops = run({"cpu"})
-    torch.testing.assert_close(padded, plain, rtol=1e-12, atol=1e-12)
-    for got, want in zip(padded_grads, plain_grads):
-        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-    assert (padded_flops > plain_flops) == (d_head % 8 != 0)

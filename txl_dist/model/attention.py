@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from txl_dist.model.config import TXLConfig
 from txl_dist.model.dropout import Dropout, dropout
+from txl_dist.model.widths import SDPA_HEAD_MULTIPLE, layer_norm, pad_to, padded_width
 
 
 def sinusoid_encoding(distances: Tensor, d_model: int) -> Tensor:
@@ -161,24 +162,6 @@ def attend(
     return torch.bmm(probs, value.reshape(b * h, k_len, -1)).view(b, h, q_len, -1)
 
 
-# Widths zero-padded inside the weights at use, on CUDA. SDPA's memory-efficient kernel (the
-# fused one that takes a bias with a gradient) needs a head size that is a multiple of 8, else
-# it takes its math path. Rows of bf16 in 16-byte multiples take cuBLAS's aligned kernels:
-# WIDTH_MULTIPLE = 8 pads d_inner, off (1) until measured faster (docs/gpus.md: with d_model
-# still unaligned, the products gained 0-22%, the step nothing beyond its noise). A CPU gains
-# nothing from extra columns, so it computes the paper's widths.
-SDPA_HEAD_MULTIPLE = 8
-WIDTH_MULTIPLE = 1
-PADDED_DEVICES = {"cuda"}
-
-
-def padded_width(width: int, multiple: int, device: torch.device) -> int:
-    """`width` rounded up to `multiple` on the PADDED_DEVICES, unchanged elsewhere."""
-    if device.type not in PADDED_DEVICES:
-        return width
-    return -(-width // multiple) * multiple
-
-
 class RelMultiHeadAttention(nn.Module):
     """Multi-head attention with relative positions over [memory; segment], plus residual and LN."""
 
@@ -205,18 +188,18 @@ class RelMultiHeadAttention(nn.Module):
         r_r_bias: Tensor,
         mask: Tensor,
     ) -> Tensor:
-        """h [B, Q, d_model], mem [B, M, d_model], pos_enc [K, d_model], mask [Q, K]
-        (attention_bias)."""
-        b, q_len, _ = h.shape
-        context = torch.cat([mem, h], dim=1)  # [B, K, d_model]
+        """h [B, Q, W], mem [B, M, d_model], pos_enc [K, W], mask [Q, K] (attention_bias); W
+        is the residual stream's width, d_model or wider with zero columns (widths.py)."""
+        b, q_len, width = h.shape
+        context = torch.cat([pad_to(mem, width), h], dim=1)  # [B, K, W]
         if self.pre_lnorm:
-            context = self.layer_norm(context)
+            context = layer_norm(self.layer_norm, context)
         k_len = context.size(1)
 
         # Queries only for the segment: memory positions need keys and values, never queries.
         d_head = padded_width(self.d_head, SDPA_HEAD_MULTIPLE, h.device)
         inner = self.n_head * d_head
-        w_qkv, w_r, w_o, r_w_bias, r_r_bias = self._weights(r_w_bias, r_r_bias, d_head)
+        w_qkv, w_r, w_o, r_w_bias, r_r_bias = self._weights(r_w_bias, r_r_bias, d_head, width)
         w_q, w_kv = w_qkv.split([inner, 2 * inner])
         query = F.linear(context[:, -q_len:], w_q)  # [B, Q, H*D]
         key, value = F.linear(context, w_kv).chunk(2, dim=-1)  # [B, K, H*D] each
@@ -234,30 +217,31 @@ class RelMultiHeadAttention(nn.Module):
         attended = attend(
             query + r_w_bias[:, None], key, value, bias.to(value.dtype), self.scale, dropatt
         )
-        out = F.linear(attended.transpose(1, 2).reshape(b, q_len, inner), w_o)  # [B, Q, d_model]
+        out = F.linear(attended.transpose(1, 2).reshape(b, q_len, inner), w_o)  # [B, Q, W]
         out = self.drop(out)
-        return h + out if self.pre_lnorm else self.layer_norm(h + out)
+        return h + out if self.pre_lnorm else layer_norm(self.layer_norm, h + out)
 
     def _weights(
-        self, r_w_bias: Tensor, r_r_bias: Tensor, d_head: int
+        self, r_w_bias: Tensor, r_r_bias: Tensor, d_head: int, width: int
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """The q/k/v, r and output weights and u, v with each head zero-padded to d_head.
+        """The q/k/v, r and output weights and u, v, each head zero-padded to d_head and the
+        model dimension to the stream's width.
 
         Exact: zero query, key and position columns add nothing to the scores, zero value
         columns give zero output columns, and the output weight's zero columns drop them; the
-        scale stays the real head size's. Padded at use, so the state dict keeps the paper's
-        shapes and the padding gets no gradient.
+        scale stays the real head size's. Zero input columns meet the stream's zero columns,
+        and zero output rows keep them zero.
         """
-        pad = d_head - self.d_head
-        weights = (self.qkv_net.weight, self.r_net.weight, self.o_net.weight, r_w_bias, r_r_bias)
-        if not pad:
-            return weights
-        w_qkv, w_r, w_o, u, v = weights
-        heads = self.n_head
+        w_qkv, w_r, w_o, u, v = (
+            self.qkv_net.weight, self.r_net.weight, self.o_net.weight, r_w_bias, r_r_bias
+        )  # fmt: skip
+        if d_head != self.d_head:
+            heads = self.n_head
 
-        def per_head_rows(w: Tensor) -> Tensor:  # [n * H * D, d_model] -> [n * H * d_head, ...]
-            padded = F.pad(w.view(-1, heads, self.d_head, w.size(-1)), (0, 0, 0, pad))
-            return padded.flatten(0, 2)
+            def per_head_rows(w: Tensor) -> Tensor:  # [n * H * D, d] -> [n * H * d_head, d]
+                return pad_to(w.view(-1, heads, self.d_head, w.size(-1)), d_head, 2).flatten(0, 2)
 
-        w_o = F.pad(w_o.view(w_o.size(0), heads, self.d_head), (0, pad)).flatten(1)
-        return per_head_rows(w_qkv), per_head_rows(w_r), w_o, F.pad(u, (0, pad)), F.pad(v, (0, pad))
+            w_qkv, w_r = per_head_rows(w_qkv), per_head_rows(w_r)
+            w_o = pad_to(w_o.view(w_o.size(0), heads, self.d_head), d_head).flatten(1)
+            u, v = pad_to(u, d_head), pad_to(v, d_head)
+        return pad_to(w_qkv, width), pad_to(w_r, width), pad_to(w_o, width, 0), u, v

@@ -21,18 +21,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from txl_dist.model import attention
 from txl_dist.model.adaptive import AdaptiveEmbedding, AdaptiveLogSoftmax
 from txl_dist.model.attention import (
     RelMultiHeadAttention,
     attention_bias,
-    padded_width,
     relative_distances,
     sinusoid_encoding,
 )
 from txl_dist.model.config import TXLConfig
 from txl_dist.model.dropout import Dropout
 from txl_dist.model.safetensors_io import save_streaming
+from txl_dist.model.widths import inner_width, layer_norm, pad_to, stream_width
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -70,21 +69,23 @@ class FeedForward(nn.Module):
         self.layer_norm = nn.LayerNorm(config.d_model)
 
     def forward(self, h: Tensor) -> Tensor:
+        """h [B, Q, W]: the residual stream, d_model or wider with zero columns (widths.py)."""
         if self.pre_lnorm:
-            return h + self._core(self.layer_norm(h))
-        return self.layer_norm(h + self._core(h))
+            return h + self._core(layer_norm(self.layer_norm, h))
+        return layer_norm(self.layer_norm, h + self._core(h))
 
     def _core(self, h: Tensor) -> Tensor:
-        """CoreNet, with d_inner zero-padded to an aligned width where the device pays for it
-        (attention.WIDTH_MULTIPLE). Exact: a zero row and bias give a zero hidden unit, ReLU and
-        dropout keep it zero, and the zero column of the second weight drops it; padded at use,
-        so the state dict keeps d_inner and the padding gets no gradient."""
+        """CoreNet, with d_inner padded as widths.WIDTH_MULTIPLE asks and the model dimension
+        to the stream's width. Exact: a zero row and bias give a zero hidden unit, ReLU and
+        dropout keep it zero, and the zero column of the second weight drops it; zero input
+        columns meet the stream's zero columns, zero output rows and bias keep them zero."""
         first, _, inner_drop, second, out_drop = self.CoreNet
-        w1, b1, w2 = first.weight, first.bias, second.weight
-        if pad := padded_width(w1.size(0), attention.WIDTH_MULTIPLE, h.device) - w1.size(0):
-            w1, b1, w2 = F.pad(w1, (0, 0, 0, pad)), F.pad(b1, (0, pad)), F.pad(w2, (0, pad))
+        inner = inner_width(first.weight.size(0), h.device)
+        width = h.size(-1)
+        w1, b1 = pad_to(pad_to(first.weight, width), inner, 0), pad_to(first.bias, inner)
+        w2, b2 = pad_to(pad_to(second.weight, inner), width, 0), pad_to(second.bias, width)
         hidden = inner_drop(F.relu(F.linear(h, w1, b1), inplace=True))
-        return out_drop(F.linear(hidden, w2, second.bias))
+        return out_drop(F.linear(hidden, w2, b2))
 
 
 class DecoderLayer(nn.Module):
@@ -231,12 +232,14 @@ class TransformerXL(nn.Module):
         # In the parameters' dtype: DeepSpeed's bf16/fp16 engines cast the whole module.
         lengths = (q_len, m_len, cfg.mem_len, cfg.same_length, cfg.clamp_len, cfg.d_model)
         mask, pos_enc = segment_constants(*lengths, self.r_w_bias.dtype, device)
-        pos_enc = self.drop(pos_enc)  # [K, d_model]
+        # The residual stream may be wider than d_model, its extra columns zero (widths.py).
+        width = stream_width(cfg.d_model, device)
+        pos_enc = pad_to(self.drop(pos_enc), width)  # [K, W]
 
-        h = self.drop(self.word_emb(input_ids))  # [B, Q, d_model]
+        h = pad_to(self.drop(self.word_emb(input_ids)), width)  # [B, Q, W]
         h, layer_inputs = self.run_layers(h, mems, pos_enc, mask)
         new_mems = self._update_mems(layer_inputs, mems)
-        hidden = self.drop(h).reshape(batch * q_len, cfg.d_model)
+        hidden = self.drop(h)[..., : cfg.d_model].reshape(batch * q_len, cfg.d_model)
 
         if targets is None:
             log_probs = self.crit.log_probs(hidden).view(batch, q_len, -1)
@@ -264,10 +267,11 @@ class TransformerXL(nn.Module):
 
     @torch.no_grad()
     def _update_mems(self, layer_inputs: list[Tensor], mems: list[Tensor]) -> list[Tensor]:
-        """Keep the last mem_len states of [old memory; this segment] for each layer."""
+        """Keep the last mem_len states of [old memory; this segment] for each layer, at
+        d_model's width whatever the stream's."""
         new_mems = []
         for mem, h in zip(mems, layer_inputs):
-            context = torch.cat([mem.to(h.dtype), h], dim=1)  # [B, M+Q, d_model]
+            context = torch.cat([mem.to(h.dtype), h[..., : mem.size(-1)]], dim=1)  # [B, M+Q, d]
             start = max(0, context.size(1) - self.config.mem_len)
             # A copy, not a view into context: every memory has the same strides (a compiled
             # layer sees one memory layout) and the dropped states are freed.
