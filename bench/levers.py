@@ -72,6 +72,14 @@ def _cuda_graphs(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
     return plain_step(graphed, tokens)
 
 
+def _graphs_of_compiled(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
+    compiled = copy.deepcopy(model)
+    compile_layers(compiled)
+    if on:
+        graph_layers(compiled)
+    return plain_step(compiled, tokens)
+
+
 LEVERS = (
     Lever(
         "position product in aligned rows",
@@ -90,6 +98,11 @@ LEVERS = (
     ),
     Lever("compiled layers", "train.compile", _compiled),
     Lever("CUDA graphs of the layers", "train.cuda_graphs", _cuda_graphs),
+    Lever(
+        "CUDA graphs of compiled layers, against compiled",
+        "train.cuda_graphs with train.compile",
+        _graphs_of_compiled,
+    ),
 )
 
 
