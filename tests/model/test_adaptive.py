@@ -9,7 +9,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from txl_dist.model import TransformerXL, TXLConfig
-from txl_dist.model.adaptive import IGNORE_INDEX
+from txl_dist.model.adaptive import IGNORE_INDEX, RowBlocks
 
 
 class ParameterUse(TorchFunctionMode):
@@ -89,3 +89,20 @@ def test_target_outside_the_vocabulary_is_an_error_not_a_zero_loss():
     model = TransformerXL(config(cutoffs=[50, 150], div_val=2))
     with pytest.raises(ValueError, match=r"outside \[0, n_token=300\)"):
         model(torch.zeros(1, 3, dtype=torch.long), torch.tensor([[1, 300, 2]]))
+
+
+def test_row_blocks_join_their_gradients_in_one_pass_unused_blocks_zero():
+    """The tied table's blocks (head, tails) give the table the gradient slicing gives, a
+    block no loss reached included (zeros)."""
+    table = torch.randn(7, 3, dtype=torch.float64, requires_grad=True)
+
+    def used_blocks(t):
+        first, _, last = RowBlocks.apply(t, (2, 4, 1))
+        return first * 2, last**2
+
+    assert torch.autograd.gradcheck(used_blocks, (table,))
+    first, last = used_blocks(table)
+    (first.sum() + last.sum()).backward()
+    sliced = table.detach().clone().requires_grad_()
+    ((sliced[:2] * 2).sum() + (sliced[6:] ** 2).sum()).backward()
+    assert torch.equal(table.grad, sliced.grad)

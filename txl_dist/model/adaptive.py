@@ -91,14 +91,20 @@ class AdaptiveLogSoftmax(nn.Module):
                 self.out_layers.append(nn.Linear(dim, end - start))
                 self.out_projs.append(nn.Parameter(torch.empty(config.d_model, dim)))
 
-    def _cluster_logits(self, hidden: Tensor, i: int) -> Tensor:
+    def _cluster_params(self) -> list[tuple[Tensor, Tensor]]:
+        """(weight, bias) of each cluster's own tokens, head first: with div_val 1 consecutive
+        row blocks of the one output layer (RowBlocks: their gradients meet in one pass)."""
+        if self.div_val != 1:
+            return [(layer.weight, layer.bias) for layer in self.out_layers]
+        sizes = tuple(end - start for start, end in self.bounds)
+        layer = self.out_layers[0]
+        return list(zip(RowBlocks.apply(layer.weight, sizes), RowBlocks.apply(layer.bias, sizes)))
+
+    def _cluster_logits(
+        self, hidden: Tensor, i: int, params: list[tuple[Tensor, Tensor]]
+    ) -> Tensor:
         """Logits of cluster i's own tokens (plus the tail-cluster logits for the head)."""
-        if self.div_val == 1:
-            start, end = self.bounds[i]
-            weight = self.out_layers[0].weight[start:end]
-            bias = self.out_layers[0].bias[start:end]
-        else:
-            weight, bias = self.out_layers[i].weight, self.out_layers[i].bias
+        weight, bias = params[i]
         if i == 0 and self.n_clusters:
             weight = torch.cat([weight, self.cluster_weight], dim=0)
             bias = torch.cat([bias, self.cluster_bias], dim=0)
@@ -106,9 +112,9 @@ class AdaptiveLogSoftmax(nn.Module):
             hidden = F.linear(hidden, self.out_projs[i].t())  # [N, d_model] -> [N, dim_i]
         return F.linear(hidden, weight, bias)
 
-    def _head_log_probs(self, hidden: Tensor) -> Tensor:
+    def _head_log_probs(self, hidden: Tensor, params: list[tuple[Tensor, Tensor]]) -> Tensor:
         """[N, head size + n_clusters]; tail cluster i's mass is column -i (the reference order)."""
-        return F.log_softmax(self._cluster_logits(hidden, 0).float(), dim=-1)
+        return F.log_softmax(self._cluster_logits(hidden, 0, params).float(), dim=-1)
 
     def forward(
         self, hidden: Tensor, targets: Tensor, cluster_sizes: list[int] | None = None
@@ -122,9 +128,10 @@ class AdaptiveLogSoftmax(nn.Module):
         the device) makes the call free of host syncs; without them they are counted here, one
         device-to-host transfer.
         """
+        params = self._cluster_params()
         if not self.n_clusters:
             return F.cross_entropy(
-                self._cluster_logits(hidden, 0).float(),
+                self._cluster_logits(hidden, 0, params).float(),
                 targets,
                 reduction="none",
                 ignore_index=IGNORE_INDEX,
@@ -136,13 +143,13 @@ class AdaptiveLogSoftmax(nn.Module):
         # column, zeroed at the end), so the head's gradient is built in one pass.
         head_size = self.bounds[0][1]
         column = torch.where(cluster == 0, targets, head_size + self.n_clusters - cluster)
-        head = self._head_log_probs(hidden)  # [N, head size + n_clusters]
+        head = self._head_log_probs(hidden, params)  # [N, head size + n_clusters]
         nll = -head.gather(1, column.clamp(min=0).unsqueeze(1)).squeeze(1)
         groups = torch.argsort(cluster, stable=True).split(sizes)
         for i in range(1, self.n_clusters + 1):
             rows = groups[i]
             local = (targets[rows] - self.bounds[i][0]).unsqueeze(1)  # [n_i, 1]
-            tail = F.log_softmax(self._cluster_logits(hidden[rows], i).float(), dim=-1)
+            tail = F.log_softmax(self._cluster_logits(hidden[rows], i, params).float(), dim=-1)
             nll = nll.index_add(0, rows, tail.gather(1, local).squeeze(1), alpha=-1)
         return nll.masked_fill(targets == IGNORE_INDEX, 0.0)
 
@@ -171,9 +178,29 @@ class AdaptiveLogSoftmax(nn.Module):
 
     def log_probs(self, hidden: Tensor) -> Tensor:
         """Log-probabilities over the whole vocabulary, [N, n_token] float32."""
-        head = self._head_log_probs(hidden)
+        params = self._cluster_params()
+        head = self._head_log_probs(hidden, params)
         parts = [head[:, : self.bounds[0][1]]]
         for i in range(1, self.n_clusters + 1):
-            tail = F.log_softmax(self._cluster_logits(hidden, i).float(), dim=-1)
+            tail = F.log_softmax(self._cluster_logits(hidden, i, params).float(), dim=-1)
             parts.append(head[:, -i, None] + tail)
         return torch.cat(parts, dim=-1)
+
+
+class RowBlocks(torch.autograd.Function):
+    """A tensor's consecutive row blocks (sizes summing to its rows), as views.
+
+    Slicing's backward writes each block's gradient into a zeroed tensor of the whole table's
+    size, one per block, which autograd then adds up: for wt103_base's tied 267,735 x 410
+    table, four full-size zero fills and three full-size additions a step. Here the blocks'
+    gradients are joined in one pass.
+    """
+
+    @staticmethod
+    def forward(ctx, table: Tensor, sizes: tuple[int, ...]) -> tuple[Tensor, ...]:
+        return table.split(sizes)
+
+    @staticmethod
+    def backward(ctx, *grads: Tensor) -> tuple[Tensor, None]:
+        # A block no loss reached arrives as zeros (autograd materialises them).
+        return torch.cat(grads), None
