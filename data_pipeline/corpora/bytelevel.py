@@ -28,11 +28,13 @@ import itertools
 import json
 import re
 import sys
+from dataclasses import dataclass, field
 
 import numpy as np
 from tokenizers import Tokenizer, pre_tokenizers
 
 from data_pipeline.errors import DataError
+from data_pipeline.limits import PRE_TOKEN_BYTES
 
 # The library's ByteLevel regex, "'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
 # \s+(?!\S)|\s+", with its classes as sets of characters (the rest: neither of the three).
@@ -62,6 +64,28 @@ CHECK_EVERY = 100
 
 class EncoderMismatch(DataError):
     """This encoder and the library disagree on a document."""
+
+
+class PreTokenTooLong(ValueError):
+    """A document holds a pre-token longer than limits.PRE_TOKEN_BYTES."""
+
+    def __init__(self, size: int):
+        super().__init__(
+            f"a pre-token (a run of letters, digits, symbols or spaces) of {size} bytes, more "
+            f"than {PRE_TOKEN_BYTES.named()}"
+        )
+
+
+@dataclass
+class Encoded:
+    """A batch of documents as token ids, less those refused."""
+
+    ids: np.ndarray
+    """int32 ids of the encoded documents, back to back."""
+    lengths: np.ndarray
+    """int64 tokens of each encoded document."""
+    refused: dict[int, str] = field(default_factory=dict)
+    """Why each document left out was refused (a pre-token too long), by its index."""
 
 
 def byte_chars() -> dict[int, str]:
@@ -135,6 +159,16 @@ class CharClasses:
         sets = {name: ASCII_SETS[name] + "".join(self.members[name]) for name in PROBES}
         return re.compile(PATTERN.format(**sets))
 
+    def pre_tokens(self, text: str, newer: set[str] | None = None) -> list[str] | None:
+        """The library's pre-tokens of a text whose characters were learned (None: one of no
+        class); ``newer``: those the regex does not hold yet (of its batch)."""
+        if self.unplaced and not self.unplaced.isdisjoint(text):
+            return None
+        newer = self.newer if newer is None else newer
+        if newer and not newer.isdisjoint(text):
+            return self.by_table(text)
+        return self.regex.findall(text)
+
     def by_table(self, text: str) -> list[str]:
         """The pre-tokens of a text of placed characters, split by their stand-ins."""
         codes = np.frombuffer(text.encode("utf-32-le"), np.uint32)
@@ -153,19 +187,22 @@ class ByteLevelEncoder:
         self.ascii = str.maketrans({chr(b): c for b, c in self.bytes.items() if b < 128})
         self.cache: dict[str, tuple[int, ...]] = {}
         self.documents = 0  # encoded so far, for CHECK_EVERY
+        self.max_pre_token = PRE_TOKEN_BYTES.value()  # read again by each encode
 
-    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """int32 ids of the documents back to back, and int64 tokens per document."""
+    def encode(self, texts: list[str]) -> Encoded:
+        """The documents' ids; one holding a pre-token over limits.PRE_TOKEN_BYTES is refused
+        (the library's BPE takes ~170 bytes of memory per byte of one)."""
         text = "".join(t for t in texts if not t.isascii())
         chars = set(NON_ASCII.findall(text))
         self.classes.learn(chars, len(text))
         newer = self.classes.newer & chars
+        self.max_pre_token = PRE_TOKEN_BYTES.value()
         ids: list[int] = []
-        lengths = []
+        lengths, refused = [], {}
         cached = self.cache.__getitem__
-        for text in texts:
+        for index, text in enumerate(texts):
             before = len(ids)
-            pre_tokens = self.pre_tokens(text, newer)
+            pre_tokens = self.classes.pre_tokens(text, newer)
             if pre_tokens is None:
                 ids += self.tokenizer.encode(text, add_special_tokens=False).ids
             else:
@@ -173,12 +210,17 @@ class ByteLevelEncoder:
                     ids += itertools.chain.from_iterable(map(cached, pre_tokens))
                 except KeyError:
                     del ids[before:]
-                    ids += itertools.chain.from_iterable(map(self.ids_of, pre_tokens))
+                    try:
+                        ids += itertools.chain.from_iterable(map(self.ids_of, pre_tokens))
+                    except PreTokenTooLong as err:
+                        del ids[before:]
+                        refused[index] = str(err)
+                        continue
             lengths.append(len(ids) - before)
             self.documents += 1
             if self.documents % CHECK_EVERY == 0:
                 self.check(text, ids[before:])
-        return np.array(ids, np.int32), np.array(lengths, np.int64)
+        return Encoded(np.array(ids, np.int32), np.array(lengths, np.int64), refused)
 
     def check(self, text: str, ids: list[int]) -> None:
         """Raise EncoderMismatch unless the library encodes `text` as `ids`."""
@@ -192,23 +234,16 @@ class ByteLevelEncoder:
                 "the environment (the library encodes everything, slower) and report the document"
             )
 
-    def pre_tokens(self, text: str, newer: set[str] | None = None) -> list[str] | None:
-        """The library's pre-tokens of a document whose characters ``encode`` has placed
-        (None: one of no class); ``newer``: those the regex does not hold yet (of its batch)."""
-        if self.classes.unplaced and not self.classes.unplaced.isdisjoint(text):
-            return None
-        newer = self.classes.newer if newer is None else newer
-        if newer and not newer.isdisjoint(text):
-            return self.classes.by_table(text)
-        return self.classes.regex.findall(text)
-
     def ids_of(self, pre_token: str) -> tuple[int, ...]:
         """The BPE ids of a pre-token, cached (else asked of the library's model)."""
         if (ids := self.cache.get(pre_token)) is not None:
             return ids
         if len(self.cache) >= CACHE_ENTRIES:
             self.cache.clear()
-        tokens = self.model.tokenize(self.byte_level(pre_token))
+        chars = self.byte_level(pre_token)  # a character per byte
+        if len(chars) > self.max_pre_token:
+            raise PreTokenTooLong(len(chars))
+        tokens = self.model.tokenize(chars)
         ids = self.cache[pre_token] = tuple(t.id for t in tokens)
         return ids
 
@@ -217,3 +252,22 @@ class ByteLevelEncoder:
         if pre_token.isascii():
             return pre_token.translate(self.ascii)
         return "".join(self.bytes[b] for b in pre_token.encode("utf-8"))
+
+
+class PreTokenCheck:
+    """Refuses a document holding a byte-level pre-token over limits.PRE_TOKEN_BYTES before the
+    BPE trainer sees it (training on a 10 MiB one ran for more than ten minutes)."""
+
+    def __init__(self):
+        self.classes = CharClasses()
+
+    def __call__(self, text: str) -> None:
+        """Raise PreTokenTooLong if ``text`` holds a pre-token over the cap."""
+        limit = PRE_TOKEN_BYTES.value()
+        if len(text) * 4 <= limit:  # UTF-8: at most 4 bytes a character
+            return
+        self.classes.learn(set(NON_ASCII.findall(text)), len(text))
+        pieces = self.classes.pre_tokens(text) or []  # none: no text (the trainer refuses it)
+        size = max((len(p.encode("utf-8")) for p in pieces if len(p) * 4 > limit), default=0)
+        if size > limit:
+            raise PreTokenTooLong(size)

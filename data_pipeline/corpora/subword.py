@@ -23,8 +23,9 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from data_pipeline.corpora import bytelevel
-from data_pipeline.corpora.bytelevel import ByteLevelEncoder
+from data_pipeline.corpora.bytelevel import ByteLevelEncoder, Encoded, PreTokenTooLong
 from data_pipeline.errors import CorpusFormatError, reading
+from data_pipeline.limits import PRE_TOKEN_BYTES, VOCAB_SIZE
 
 TOKENIZER_FILE = "tokenizer.json"
 BPE_PREFIX = "bpe:"
@@ -38,10 +39,11 @@ def bpe_size(spec: str) -> int | None:
     if not spec.startswith(BPE_PREFIX):
         return None
     size = spec.removeprefix(BPE_PREFIX)
-    if not size.isdigit() or int(size) <= len(pre_tokenizers.ByteLevel.alphabet()):
+    most = VOCAB_SIZE.value()
+    if not (size.isascii() and size.isdigit() and 256 < int(size) <= most):
         raise ValueError(
-            f"--tokenizer {spec!r}: N must be a number of tokens above the 256 bytes, "
-            "e.g. bpe:32000"
+            f"--tokenizer {spec!r}: N must be a number of tokens above the 256 bytes and at most "
+            f"{VOCAB_SIZE.named()}, e.g. bpe:32000"
         )
     return int(size)
 
@@ -81,20 +83,37 @@ class Subword:
             return None
         return ByteLevelEncoder(self.tokenizer)
 
-    def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """int32 ids of the documents back to back, and int64 tokens per document: what the
-        library's ``encode`` makes of each (by bytelevel.py's encoder where it applies)."""
+    def encode_documents(self, texts: list[str]) -> Encoded:
+        """What the library's ``encode`` makes of each document (by bytelevel.py's encoder where
+        it applies), but for those holding a pre-token over limits.PRE_TOKEN_BYTES, refused."""
         if self.byte_level is not None:
             return self.byte_level.encode(texts)
+        limit = PRE_TOKEN_BYTES.value()
+        refused = {
+            i: str(PreTokenTooLong(size))
+            for i, text in enumerate(texts)
+            if len(text) * 4 > limit and (size := self.pre_token_over(text, limit))
+        }  # UTF-8: at most 4 bytes a character
+        kept = [text for i, text in enumerate(texts) if i not in refused]
         ids, lengths = [], []
-        for a in range(0, len(texts), BATCH_DOCUMENTS):
+        for a in range(0, len(kept), BATCH_DOCUMENTS):
             for encoding in self.tokenizer.encode_batch_fast(
-                texts[a : a + BATCH_DOCUMENTS], add_special_tokens=False
+                kept[a : a + BATCH_DOCUMENTS], add_special_tokens=False
             ):
                 ids.append(np.asarray(encoding.ids, np.int32))
                 lengths.append(len(encoding.ids))
         all_ids = np.concatenate(ids) if ids else np.zeros(0, np.int32)
-        return all_ids, np.asarray(lengths, np.int64)
+        return Encoded(all_ids, np.asarray(lengths, np.int64), refused)
+
+    def pre_token_over(self, text: str, limit: int) -> int:
+        """UTF-8 bytes of the longest pre-token of ``text`` if over ``limit``, else 0 (the whole
+        text is one without a pre-tokenizer)."""
+        pre_tokenizer = self.tokenizer.pre_tokenizer
+        spans = [(0, len(text))] if pre_tokenizer is None else [
+            span for _, span in pre_tokenizer.pre_tokenize_str(text)
+        ]  # fmt: skip
+        long = (len(text[a:b].encode("utf-8")) for a, b in spans if (b - a) * 4 > limit)
+        return max((size for size in long if size > limit), default=0)
 
     def decode(self, ids: Iterable[int]) -> str:
         """The text of ``ids``."""

@@ -32,14 +32,14 @@ def test_real_text_encodes_to_the_librarys_ids(wikitext103_articles, lm1b_senten
     documents = wikitext103_articles[:40] + lm1b_sentences[:2000] + EDGES
     subword = Subword.train_bpe(2000, iter(wikitext103_articles[40:80] + EDGES))
     assert subword.byte_level is not None
-    ids, lengths = subword.encode_documents(documents)
-    assert ids.tolist() == library_ids(subword.tokenizer, documents)
+    encoded = subword.encode_documents(documents)
+    assert encoded.ids.tolist() == library_ids(subword.tokenizer, documents)
     expected = [len(subword.tokenizer.encode(d, add_special_tokens=False)) for d in documents]
-    assert lengths.tolist() == expected
+    assert encoded.lengths.tolist() == expected and not encoded.refused
     # Split where the library splits (a BPE rarely has merges across pre-tokens to show it).
     encoder, library = subword.byte_level, subword.tokenizer.pre_tokenizer
     for document in documents:
-        pre_tokens = [encoder.byte_level(p) for p in encoder.pre_tokens(document)]
+        pre_tokens = [encoder.byte_level(p) for p in encoder.classes.pre_tokens(document)]
         assert pre_tokens == [p for p, _ in library.pre_tokenize_str(document)]
 
 
@@ -69,7 +69,7 @@ def test_other_tokenizers_are_left_to_the_library(lm1b_sentences):
         other = Subword(tokenizer.to_str())
         assert other.byte_level is None
         documents = lm1b_sentences[500:700]
-        assert other.encode_documents(documents)[0].tolist() == library_ids(tokenizer, documents)
+        assert other.encode_documents(documents).ids.tolist() == library_ids(tokenizer, documents)
 
 
 def test_a_sampled_document_the_library_encodes_otherwise_stops_the_encoding(
@@ -150,6 +150,6 @@ def test_characters_fed_one_call_each_are_split_as_the_library_splits(lm1b_sente
     compiles = Compiles(monkeypatch)
     new = [c for kind in NEW_CHARACTERS.values() for c in kind]
     documents = [f"{lm1b_sentences[k]} a{c}b {c}{c} 7{c}" for k, c in enumerate(new)]
-    ids = [subword.encode_documents([d])[0].tolist() for d in documents]
+    ids = [subword.encode_documents([d]).ids.tolist() for d in documents]
     assert ids == [library_ids(subword.tokenizer, [d]) for d in documents]
     assert compiles.linear_in(len(new)), (compiles.calls, compiles.characters, len(new))
