@@ -13,6 +13,8 @@ covers every byte, so decode(encode(document)) == document for any UTF-8 text.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import os
 from collections.abc import Iterable, Iterator
@@ -24,8 +26,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from data_pipeline.corpora import bytelevel
 from data_pipeline.corpora.bytelevel import ByteLevelEncoder, Encoded, PreTokenTooLong
+from data_pipeline.corpora.tokenizer_spec import check_ids, check_spec, too_large
 from data_pipeline.errors import CorpusFormatError, reading
-from data_pipeline.limits import PRE_TOKEN_BYTES, VOCAB_SIZE
+from data_pipeline.limits import PRE_TOKEN_BYTES, TOKENIZER_BYTES, VOCAB_SIZE
 
 TOKENIZER_FILE = "tokenizer.json"
 BPE_PREFIX = "bpe:"
@@ -52,12 +55,13 @@ class Subword:
     """A tokenizer of the ``tokenizers`` library, kept as its ``tokenizer.json`` text."""
 
     def __init__(self, json_text: str, where: str = TOKENIZER_FILE):
-        """The tokenizer serialized as ``json_text`` (``where`` names it in errors)."""
+        """The tokenizer serialized as ``json_text``, checked before the library parses it
+        (tokenizer_spec.py; ``where`` names it in errors)."""
+        check_spec(json_text, where)
         self.json_text = json_text
-        try:
+        with library_errors(f"{where} is not a tokenizers tokenizer.json"):
             self.tokenizer  # noqa: B018 -- parse now: a bad file is refused where it is named
-        except Exception as err:  # the library raises bare Exceptions on a malformed file
-            raise CorpusFormatError(f"{where} is not a tokenizers tokenizer.json: {err}") from err
+        check_ids(self.tokenizer, where)
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
@@ -97,9 +101,11 @@ class Subword:
         kept = [text for i, text in enumerate(texts) if i not in refused]
         ids, lengths = [], []
         for a in range(0, len(kept), BATCH_DOCUMENTS):
-            for encoding in self.tokenizer.encode_batch_fast(
-                kept[a : a + BATCH_DOCUMENTS], add_special_tokens=False
-            ):
+            with library_errors("the tokenizer failed on a document"):
+                encodings = self.tokenizer.encode_batch_fast(
+                    kept[a : a + BATCH_DOCUMENTS], add_special_tokens=False
+                )
+            for encoding in encodings:
                 ids.append(np.asarray(encoding.ids, np.int32))
                 lengths.append(len(encoding.ids))
         all_ids = np.concatenate(ids) if ids else np.zeros(0, np.int32)
@@ -115,9 +121,15 @@ class Subword:
         long = (len(text[a:b].encode("utf-8")) for a, b in spans if (b - a) * 4 > limit)
         return max((size for size in long if size > limit), default=0)
 
+    def encode(self, text: str) -> list[int]:
+        """The ids of one text (a request, a prompt)."""
+        with library_errors("the tokenizer failed on the text"):
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+
     def decode(self, ids: Iterable[int]) -> str:
         """The text of ``ids``."""
-        return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=False)
+        with library_errors("the tokenizer failed on the ids"):
+            return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=False)
 
     def save(self, url: str, storage_options: dict | None = None) -> None:
         """Write tokenizer.json to ``url`` (any fsspec URL)."""
@@ -126,12 +138,20 @@ class Subword:
 
     @classmethod
     def load(cls, url: str, storage_options: dict | None = None) -> Subword:
-        """Read a tokenizer.json (any fsspec URL)."""
+        """Read a tokenizer.json (any fsspec URL), no more than limits.TOKENIZER_BYTES of it."""
+        data = bytearray()
         with (
             reading("tokenizer file", url),
-            fsspec.open(url, "rt", encoding="utf-8", **(storage_options or {})) as f,
+            fsspec.open(url, "rb", **(storage_options or {})) as f,
         ):
-            return cls(f.read(), url)
+            for block in iter(functools.partial(f.read, 1 << 20), b""):
+                data += block
+                if len(data) > TOKENIZER_BYTES.value():
+                    raise too_large(url)
+        try:
+            return cls(data.decode("utf-8"), url)
+        except UnicodeDecodeError as err:
+            raise CorpusFormatError(f"{url} is not a tokenizers tokenizer.json: {err}") from None
 
     @classmethod
     def train_bpe(cls, size: int, documents: Iterator[str]) -> Subword:
@@ -146,3 +166,18 @@ class Subword:
         )
         tokenizer.train_from_iterator(documents, trainer)
         return cls(tokenizer.to_str())
+
+
+@contextlib.contextmanager
+def library_errors(what: str) -> Iterator[None]:
+    """The tokenizers library's failures as one CorpusFormatError saying ``what``: the bare
+    Exceptions it raises, and its panics (pyo3's PanicException, a BaseException that no
+    ``except Exception`` catches)."""
+    try:
+        yield
+    except Exception as err:
+        raise CorpusFormatError(f"{what}: {err}") from None
+    except BaseException as err:
+        if type(err).__name__ != "PanicException":
+            raise
+        raise CorpusFormatError(f"{what}: the tokenizers library panicked ({err})") from None
