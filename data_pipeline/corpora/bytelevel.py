@@ -192,9 +192,9 @@ class ByteLevelEncoder:
     def encode(self, texts: list[str]) -> Encoded:
         """The documents' ids; one holding a pre-token over limits.PRE_TOKEN_BYTES is refused
         (the library's BPE takes ~170 bytes of memory per byte of one)."""
-        text = "".join(t for t in texts if not t.isascii())
-        chars = set(NON_ASCII.findall(text))
-        self.classes.learn(chars, len(text))
+        beyond_ascii = "".join(t for t in texts if not t.isascii())
+        chars = set(NON_ASCII.findall(beyond_ascii))
+        self.classes.learn(chars, len(beyond_ascii))
         newer = self.classes.newer & chars
         self.max_pre_token = PRE_TOKEN_BYTES.value()
         ids: list[int] = []

@@ -110,8 +110,8 @@ class Texts:
     """Leave out (and count) malformed records instead of stopping at the first."""
 
     def texts(self, records: Numbered, place: Place) -> Batch:
-        """The documents of numbered records (JSON lines as bytes, or Parquet values), and
-        how many malformed ones were left out."""
+        """The documents of numbered records (JSON lines as bytes, Parquet values or
+        OVERSIZED), each with its number, and how many malformed ones were left out."""
         batch = Batch(place, [], [], 0)
         for number, record in records:
             try:
