@@ -50,6 +50,7 @@ import numpy as np
 from tqdm import tqdm
 
 from data_pipeline.corpora import datasets, sources
+from data_pipeline.corpora.bytelevel import PreTokenCheck
 from data_pipeline.corpora.charlevel import DEFAULT_TEST_CHARS
 from data_pipeline.corpora.datasets import Dataset
 from data_pipeline.corpora.records import Texts
@@ -392,10 +393,12 @@ class Job:
         return self.remember_vocab(Vocab.build(words, counts.counts, self.specials, self.min_count))
 
     def vocab_documents(self) -> Iterator[str]:
-        """The documents of the tokenizer's training sample, streamed in corpus order."""
+        """The documents of the tokenizer's training sample, streamed in corpus order (but for
+        those with a pre-token too long to train on: refused or, skipping bad records, left
+        out)."""
+        check = PreTokenCheck()
         for piece in self.bpe_sample():
-            for texts, _ in self.documents.texts(*piece, self.source_options):
-                yield from texts
+            yield from self.documents.trainable(*piece, self.source_options, check)
 
     def bpe_sample(self) -> list[tuple[str, int, int, int]]:
         """The pieces of the vocabulary splits a BPE is trained on: --bpe-sample-bytes of

@@ -114,7 +114,19 @@ MIX = [{"name": "web", "path": "a", "weight": 0.7}, {"name": "books", "path": "b
         ({"mix": [MIX[0], {**MIX[1], "name": "web"}]}, r"^data\.mix names must be unique, web "),
         (
             {"mix": [MIX[0], {**MIX[1], "weight": 0}]},
-            r"^data\.mix\[1\]\.weight must be > 0, got 0$",
+            r"^data\.mix\[1\]\.weight must be a finite number > 0, got 0$",
+        ),
+        (
+            {"mix": [MIX[0], {**MIX[1], "weight": float("inf")}]},
+            r"^data\.mix\[1\]\.weight must be a finite number > 0, got inf$",
+        ),
+        (
+            {"mix": [{**MIX[0], "weight": 1e308}, {**MIX[1], "weight": 1e308}]},
+            r"^data\.mix weights \(1e\+308, 1e\+308\) sum to inf, beyond the range of normal",
+        ),
+        (
+            {"mix": [{**MIX[0], "weight": 5e-324}, {**MIX[1], "weight": 5e-324}]},
+            r"^data\.mix weights \(5e-324, 5e-324\) sum to 1e-323, beyond the range of normal",
         ),
         ({"mix": [MIX[0], {**MIX[1], "wieght": 1}]}, r"^unknown key data\.mix\[1\]\.wieght \(did"),
         ({"mix": [{"name": "web", "path": "a"}]}, r"^missing key data\.mix\[0\]\.weight$"),

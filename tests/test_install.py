@@ -6,6 +6,7 @@ import os
 import re
 import sysconfig
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -19,27 +20,50 @@ HASH = re.compile(r"^    --hash=sha256:[0-9a-f]{64}( \\)?$", re.MULTILINE)
 PROJECT = "txl-dist"
 
 
-def entries() -> list[str]:
-    """The lock's entries: a name==version line and the indented lines under it."""
-    return [entry for entry in ENTRY_START.split(LOCK.read_text()) if not entry.startswith("#")]
+TOOLS_LOCK = REPO_ROOT / "launch" / "pip-tools.lock"
 
 
-def pins() -> dict[str, str]:
-    return dict(PIN.match(entry).groups() for entry in entries())
+def entries(lock: Path = LOCK) -> list[str]:
+    """A lock's entries: a name==version line and the indented lines under it."""
+    return [entry for entry in ENTRY_START.split(lock.read_text()) if not entry.startswith("#")]
+
+
+def pins(lock: Path = LOCK) -> dict[str, str]:
+    return dict(PIN.match(entry).groups() for entry in entries(lock))
 
 
 def normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def test_every_entry_of_the_lock_is_pinned_and_hashed():
-    lock = entries()
-    assert len(lock) > 100
-    unpinned = [entry.split("\n")[0] for entry in lock if not PIN.match(entry)]
+@pytest.mark.parametrize(
+    "lock, most, needed",
+    [
+        (LOCK, None, {"torch", "deepspeed", "setuptools", "pip", "pytest"}),
+        (TOOLS_LOCK, 12, {"pip-tools", "build", "click", "pip", "setuptools", "wheel"}),
+    ],
+)
+def test_every_entry_of_a_lock_is_pinned_and_hashed(lock, most, needed):
+    locked = entries(lock)
+    assert len(locked) > 100 if most is None else len(locked) <= most
+    unpinned = [entry.split("\n")[0] for entry in locked if not PIN.match(entry)]
     assert not unpinned, f"not a 'name==version \\' line: {unpinned}"
-    unhashed = [entry.split(" ")[0] for entry in lock if not HASH.search(entry)]
+    unhashed = [entry.split(" ")[0] for entry in locked if not HASH.search(entry)]
     assert not unhashed, f"entries without a --hash: {unhashed}"
-    assert {"torch", "deepspeed", "setuptools", "pip", "pytest"} <= pins().keys()
+    assert needed <= pins(lock).keys()
+
+
+def offline_index(tmp_path: Path, forged: list[str]) -> dict[str, str]:
+    """pip's environment offering only forged files (empty zip archives) of these names."""
+    offered = tmp_path / "offered"
+    offered.mkdir()
+    for name in forged:
+        (offered / name).write_bytes(b"PK\x05\x06" + bytes(18))
+    return {
+        "PIP_CONFIG_FILE": os.devnull,  # no index, find-links or constraint of the machine's
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(offered),
+    }
 
 
 def test_the_environment_is_the_lock():
@@ -65,15 +89,8 @@ def test_the_environment_is_the_lock():
 def test_install_refuses_a_download_whose_hash_is_not_the_locks(tmp_path):
     """The first package install.sh installs, pip itself, offered as a forged file of the lock's
     name and version: pip refuses it and the install stops, leaving the venv's own pip."""
-    offered = tmp_path / "offered"
-    offered.mkdir()
-    forged = offered / f"pip-{pins()['pip']}-py3-none-any.whl"
-    forged.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip archive
-    offline = {
-        "PIP_CONFIG_FILE": os.devnull,  # no index, find-links or constraint of the machine's
-        "PIP_NO_INDEX": "1",
-        "PIP_FIND_LINKS": str(offered),
-    }
+    forged = f"pip-{pins()['pip']}-py3-none-any.whl"
+    offline = offline_index(tmp_path, [forged])
     venv = tmp_path / "venv"
     result = processes.run(
         ["bash", REPO_ROOT / "launch" / "install.sh"],
@@ -82,7 +99,26 @@ def test_install_refuses_a_download_whose_hash_is_not_the_locks(tmp_path):
     )
     assert result.returncode != 0
     assert "THESE PACKAGES DO NOT MATCH THE HASHES" in result.stderr, result.stderr[-2000:]
-    assert forged.name in result.stderr
+    assert forged in result.stderr
     assert "installed into" not in result.stdout
     pip_left = processes.run([venv / "bin" / "python", "-m", "pip", "--version"], timeout=60)
     assert pip_left.stdout.split()[1] != pins()["pip"]
+
+
+def test_the_lock_tool_is_installed_from_its_own_hashed_lock(tmp_path):
+    """update_lock.sh offered forged files of pip-tools and its dependencies: pip refuses them
+    by the hashes of launch/pip-tools.lock, before pip-compile could compute a single hash."""
+    tools = pins(TOOLS_LOCK)
+    forged = [
+        f"{name.replace('-', '_')}-{version}-py3-none-any.whl" for name, version in tools.items()
+    ]
+    before = LOCK.read_bytes()
+    result = processes.run(
+        ["bash", REPO_ROOT / "launch" / "update_lock.sh", "--no-upgrade"],
+        timeout=120,
+        env={**os.environ, **offline_index(tmp_path, forged)},
+    )
+    assert result.returncode != 0
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in result.stderr, result.stderr[-2000:]
+    assert "(from -r launch/pip-tools.lock (line " in result.stderr
+    assert LOCK.read_bytes() == before

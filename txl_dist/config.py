@@ -10,7 +10,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import re
+import sys
 from typing import Any
 
 from data_pipeline.redact import redact, redact_text
@@ -76,7 +78,8 @@ class DataConfig:
             )
 
     def check_sources(self) -> None:
-        """Exactly one of path and mix; a mix has unique names and positive weights."""
+        """Exactly one of path and mix; a mix has unique names and finite positive weights whose
+        sum is a normal float (the draw's thresholds divide by it)."""
         if self.path is None and self.mix is None:
             raise ValueError("missing key data.path (or data.mix, a list of corpora to mix)")
         if self.path is not None and self.mix is not None:
@@ -89,8 +92,17 @@ class DataConfig:
         if twice := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(f"data.mix names must be unique, {', '.join(twice)} appears twice")
         for i, corpus in enumerate(self.mix):
-            if not corpus.weight > 0:
-                raise ValueError(f"data.mix[{i}].weight must be > 0, got {corpus.weight}")
+            if not (math.isfinite(corpus.weight) and corpus.weight > 0):
+                raise ValueError(
+                    f"data.mix[{i}].weight must be a finite number > 0, got {corpus.weight}"
+                )
+        total = sum(c.weight for c in self.mix)
+        if not sys.float_info.min <= total <= sys.float_info.max:
+            weights = ", ".join(str(c.weight) for c in self.mix)
+            raise ValueError(
+                f"data.mix weights ({weights}) sum to {total}, beyond the range of normal "
+                "floats; give them as shares such as 0.7 and 0.3"
+            )
 
     @property
     def root(self) -> str:

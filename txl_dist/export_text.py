@@ -69,7 +69,7 @@ class ExportText:
     def encode(self, text: str) -> tuple[np.ndarray, list[str]]:
         """(int64 ids of `text`, the words of it the vocabulary lacks, read as unknown)."""
         if self.subword is not None:
-            ids = self.subword.tokenizer.encode(text, add_special_tokens=False).ids
+            ids = self.subword.encode(text)
             return np.asarray(ids, np.int64), []
         if self.dataset is not None:
             tokenizer = DATASETS[self.dataset].char_tokenizer

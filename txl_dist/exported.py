@@ -13,9 +13,10 @@ import os
 import torch
 
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
+from data_pipeline.errors import DataError
 from data_pipeline.vocab import Vocab
 from txl_dist.model import TransformerXL
-from txl_dist.model.transformer import VOCAB_FILE
+from txl_dist.model.transformer import CONFIG_FILE, VOCAB_FILE
 from txl_dist.scores import SCORE_OF_LEVEL
 from txl_dist.sweep import check_lengths
 
@@ -25,7 +26,8 @@ EVAL_ROWS = 10
 """Rows an evaluation scores side by side unless told: the reference eval.py's batch size."""
 
 DATA_FILE = "data.json"
-"""What the model was trained on: {"dataset": name, "level": "char" or "word"}."""
+"""What the model was trained on: {"dataset": name, "level": "char" or "word"}, and for subword
+data its tokenizer.json's record: {"tokenizer": {"sha256": ..., "bytes": ...}}."""
 
 
 def export_data(model_dir: str) -> dict:
@@ -54,9 +56,41 @@ def export_vocab(model_dir: str) -> Vocab | None:
 
 
 def export_tokenizer(model_dir: str) -> Subword | None:
-    """The export's subword tokenizer (tokenizer.json), if its data had one."""
+    """The export's subword tokenizer (tokenizer.json), if its data had one, checked against
+    the record txl-export made of it (data.json) and the model's n_token (config.json)."""
     path = os.path.join(model_dir, TOKENIZER_FILE)
-    return Subword.load(path) if os.path.exists(path) else None
+    if not os.path.exists(path):
+        return None
+    subword = Subword.load(path)
+    recorded = export_data(model_dir).get("tokenizer")
+    if recorded is not None and recorded != tokenizer_record(subword):
+        found = tokenizer_record(subword)
+        raise DataError(
+            f"{path} has sha256 {found['sha256'][:12]} ({found['bytes']} bytes) but {DATA_FILE} "
+            f"records {str(recorded.get('sha256'))[:12]} ({recorded.get('bytes')} bytes): not "
+            "the tokenizer the model was trained with; restore it or export the checkpoint again"
+        )
+    n_token = export_n_token(model_dir)
+    if n_token is not None and len(subword) != n_token:
+        raise DataError(
+            f"{path} has {len(subword)} tokens but {CONFIG_FILE} has n_token {n_token}: the "
+            "tokenizer is not the model's; restore it or export the checkpoint again"
+        )
+    return subword
+
+
+def tokenizer_record(subword: Subword) -> dict:
+    """What an export's data.json records of its tokenizer.json: sha256 and size."""
+    return {"sha256": subword.sha256, "bytes": len(subword.json_text.encode("utf-8"))}
+
+
+def export_n_token(model_dir: str) -> int | None:
+    """The model's n_token (config.json), None without one (a directory of a tokenizer alone)."""
+    path = os.path.join(model_dir, CONFIG_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get("n_token")
 
 
 def export_vocabulary(model_dir: str) -> Vocab | Subword | None:

@@ -72,6 +72,20 @@ def boundary_at_or_after(
         window *= 4
 
 
+def next_line_start(fs, path: str, url: str, pos: int, end: int) -> int:
+    """First line start at or after byte ``pos`` of a file (``end`` if none), found by reading
+    on in blocks of a fixed size: a line of any length costs no more memory than a block."""
+    if pos <= 0 or pos >= end:
+        return min(max(pos, 0), end)
+    at, block = pos - 1, 1 << 16  # a newline just before pos makes pos a line start
+    while at < end:
+        found = read_range(fs, path, at, min(at + block, end), url).find(b"\n")
+        if found >= 0:
+            return at + found + 1
+        at += block
+    return end
+
+
 def end_of_last_whole_document(fs, path: str, url: str, next_start: Finder) -> int:
     """File size, less the cut last document of a file that lacks a final newline."""
     size = fs.size(path)

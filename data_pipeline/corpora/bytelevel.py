@@ -10,10 +10,16 @@ seen (a few percent on real text).
 Exactness: the regex is the library's, over four classes of characters: letters (``\\p{L}``),
 numbers (``\\p{N}``), whitespace (``\\s``) and the rest, written out as character sets. Each
 character outside ASCII is placed in its class by asking the library's pre-tokenizer whether it
-joins an ASCII letter, digit, mark or tab into one pre-token, once per character (the sets and the
-regex grow as a batch brings new ones), so the sets are the library's own whatever its Unicode
-version. A character none of the four joins (a lone surrogate) sends its document to the
-library.
+joins an ASCII letter, digit, mark or tab into one pre-token, once per character, so the sets are
+the library's own whatever its Unicode version. A character none of the four joins (a lone
+surrogate) sends its document to the library.
+
+Cost linear in the input: compiling takes time in the regex's size, so recompiling it for every
+new character made a corpus bringing one per batch quadratic. It is compiled again only when the
+batch's text pays for it (COMPILE_TEXT characters per character the regex holds) or once the
+characters placed since its last compile are as many as it holds. Until then a document holding
+one of those newer characters is split by a table of every character's class: the same regex over
+ASCII stand-ins of each character's class, its pieces cut from the document (slower).
 """
 
 from __future__ import annotations
@@ -21,11 +27,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import sys
+from dataclasses import dataclass, field
 
 import numpy as np
 from tokenizers import Tokenizer, pre_tokenizers
 
 from data_pipeline.errors import DataError
+from data_pipeline.limits import PRE_TOKEN_BYTES
 
 # The library's ByteLevel regex, "'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
 # \s+(?!\S)|\s+", with its classes as sets of characters (the rest: neither of the three).
@@ -39,6 +48,12 @@ ASCII_SETS = {"letter": "A-Za-z", "number": "0-9", "space": "\t\n\x0b\x0c\r ", "
 # exactly when the character is of that class.
 PROBES = {"letter": "a", "number": "0", "other": "!", "space": "\t"}
 NON_ASCII = re.compile("[^\x00-\x7f]")
+# A compile costs 1-3 us per character the regex holds, splitting ~10 ns per character of text:
+# a batch of this many characters per held one compiles for at most a tenth of its splitting.
+COMPILE_TEXT = 2000
+# The regex over ASCII alone, for text whose every character is written as an ASCII member of
+# its class (a probe): what CharClasses.by_table splits.
+STAND_IN_REGEX = re.compile(PATTERN.format(**ASCII_SETS).encode("ascii"))
 # Distinct pre-tokens whose ids are kept; the cache starts again when full (bounded memory).
 CACHE_ENTRIES = 1 << 19
 # One document in this many is encoded by the library as well and compared (about 3% more CPU
@@ -49,6 +64,28 @@ CHECK_EVERY = 100
 
 class EncoderMismatch(DataError):
     """This encoder and the library disagree on a document."""
+
+
+class PreTokenTooLong(ValueError):
+    """A document holds a pre-token longer than limits.PRE_TOKEN_BYTES."""
+
+    def __init__(self, size: int):
+        super().__init__(
+            f"a pre-token (a run of letters, digits, symbols or spaces) of {size} bytes, more "
+            f"than {PRE_TOKEN_BYTES.named()}"
+        )
+
+
+@dataclass
+class Encoded:
+    """A batch of documents as token ids, less those refused."""
+
+    ids: np.ndarray
+    """int32 ids of the encoded documents, back to back."""
+    lengths: np.ndarray
+    """int64 tokens of each encoded document."""
+    refused: dict[int, str] = field(default_factory=dict)
+    """Why each document left out was refused (a pre-token too long), by its index."""
 
 
 def byte_chars() -> dict[int, str]:
@@ -78,27 +115,38 @@ def fits(tokenizer_json: str) -> bool:
 
 
 class CharClasses:
-    """The library's class of each character met so far, and the regex over them."""
+    """The library's class of each character met so far, the regex over them, and the newer
+    characters it does not hold yet."""
 
     def __init__(self):
         self.members: dict[str, list[str]] = {name: [] for name in PROBES}
-        self.known: set[str] = set()
+        # Each character as an ASCII member of its class (ASCII as itself; 0: not placed).
+        self.stand_ins = np.zeros(sys.maxunicode + 1, np.uint8)
+        self.stand_ins[:0x80] = np.arange(0x80)
+        self.held = 0  # characters outside ASCII in the regex
+        self.newer: set[str] = set()  # placed since the regex was compiled
         self.unplaced: set[str] = set()  # of no class: their documents go to the library
         self.probe = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         self.regex = self.compile()
 
-    def learn(self, chars: set[str]) -> None:
-        """Place the characters not met before (and compile the regex again if there were)."""
-        new = chars - self.known - self.unplaced
-        for char in new:
+    def learn(self, chars: set[str], text_chars: int) -> None:
+        """Place the characters not met before (of a batch of ``text_chars`` characters); compile
+        the regex again when the batch pays for it or the newer ones are as many as it holds."""
+        for char in chars - self.unplaced:
+            if self.stand_ins[ord(char)]:
+                continue
             name = next((n for n, probe in PROBES.items() if self.joins(probe, char)), None)
             if name is None:
                 self.unplaced.add(char)
             else:
                 self.members[name].append(re.escape(char))
-                self.known.add(char)
-        if new - self.unplaced:
+                self.stand_ins[ord(char)] = ord(PROBES[name])
+                self.newer.add(char)
+        size = self.held + len(self.newer)
+        if self.newer and (len(self.newer) > self.held or text_chars >= COMPILE_TEXT * size):
             self.regex = self.compile()
+            self.held += len(self.newer)
+            self.newer.clear()
 
     def joins(self, probe: str, char: str) -> bool:
         """Whether the library makes one pre-token of ``probe`` followed by ``char``."""
@@ -110,6 +158,22 @@ class CharClasses:
     def compile(self) -> re.Pattern:
         sets = {name: ASCII_SETS[name] + "".join(self.members[name]) for name in PROBES}
         return re.compile(PATTERN.format(**sets))
+
+    def pre_tokens(self, text: str, newer: set[str] | None = None) -> list[str] | None:
+        """The library's pre-tokens of a text whose characters were learned (None: one of no
+        class); ``newer``: those the regex does not hold yet (of its batch)."""
+        if self.unplaced and not self.unplaced.isdisjoint(text):
+            return None
+        newer = self.newer if newer is None else newer
+        if newer and not newer.isdisjoint(text):
+            return self.by_table(text)
+        return self.regex.findall(text)
+
+    def by_table(self, text: str) -> list[str]:
+        """The pre-tokens of a text of placed characters, split by their stand-ins."""
+        codes = np.frombuffer(text.encode("utf-32-le"), np.uint32)
+        ends = list(itertools.accumulate(map(len, STAND_IN_REGEX.findall(self.stand_ins[codes]))))
+        return [text[a:b] for a, b in zip([0, *ends], ends)]
 
 
 class ByteLevelEncoder:
@@ -123,16 +187,22 @@ class ByteLevelEncoder:
         self.ascii = str.maketrans({chr(b): c for b, c in self.bytes.items() if b < 128})
         self.cache: dict[str, tuple[int, ...]] = {}
         self.documents = 0  # encoded so far, for CHECK_EVERY
+        self.max_pre_token = PRE_TOKEN_BYTES.value()  # read again by each encode
 
-    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """int32 ids of the documents back to back, and int64 tokens per document."""
-        self.classes.learn(set(NON_ASCII.findall("".join(t for t in texts if not t.isascii()))))
+    def encode(self, texts: list[str]) -> Encoded:
+        """The documents' ids; one holding a pre-token over limits.PRE_TOKEN_BYTES is refused
+        (the library's BPE takes ~170 bytes of memory per byte of one)."""
+        beyond_ascii = "".join(t for t in texts if not t.isascii())
+        chars = set(NON_ASCII.findall(beyond_ascii))
+        self.classes.learn(chars, len(beyond_ascii))
+        newer = self.classes.newer & chars
+        self.max_pre_token = PRE_TOKEN_BYTES.value()
         ids: list[int] = []
-        lengths = []
+        lengths, refused = [], {}
         cached = self.cache.__getitem__
-        for text in texts:
+        for index, text in enumerate(texts):
             before = len(ids)
-            pre_tokens = self.pre_tokens(text)
+            pre_tokens = self.classes.pre_tokens(text, newer)
             if pre_tokens is None:
                 ids += self.tokenizer.encode(text, add_special_tokens=False).ids
             else:
@@ -140,12 +210,17 @@ class ByteLevelEncoder:
                     ids += itertools.chain.from_iterable(map(cached, pre_tokens))
                 except KeyError:
                     del ids[before:]
-                    ids += itertools.chain.from_iterable(map(self.ids_of, pre_tokens))
+                    try:
+                        ids += itertools.chain.from_iterable(map(self.ids_of, pre_tokens))
+                    except PreTokenTooLong as err:
+                        del ids[before:]
+                        refused[index] = str(err)
+                        continue
             lengths.append(len(ids) - before)
             self.documents += 1
             if self.documents % CHECK_EVERY == 0:
                 self.check(text, ids[before:])
-        return np.array(ids, np.int32), np.array(lengths, np.int64)
+        return Encoded(np.array(ids, np.int32), np.array(lengths, np.int64), refused)
 
     def check(self, text: str, ids: list[int]) -> None:
         """Raise EncoderMismatch unless the library encodes `text` as `ids`."""
@@ -159,20 +234,16 @@ class ByteLevelEncoder:
                 "the environment (the library encodes everything, slower) and report the document"
             )
 
-    def pre_tokens(self, text: str) -> list[str] | None:
-        """The library's pre-tokens of a document whose characters ``encode`` has placed
-        (None: one of no class)."""
-        if self.classes.unplaced and not self.classes.unplaced.isdisjoint(text):
-            return None
-        return self.classes.regex.findall(text)
-
     def ids_of(self, pre_token: str) -> tuple[int, ...]:
         """The BPE ids of a pre-token, cached (else asked of the library's model)."""
         if (ids := self.cache.get(pre_token)) is not None:
             return ids
         if len(self.cache) >= CACHE_ENTRIES:
             self.cache.clear()
-        tokens = self.model.tokenize(self.byte_level(pre_token))
+        chars = self.byte_level(pre_token)  # a character per byte
+        if len(chars) > self.max_pre_token:
+            raise PreTokenTooLong(len(chars))
+        tokens = self.model.tokenize(chars)
         ids = self.cache[pre_token] = tuple(t.id for t in tokens)
         return ids
 
@@ -181,3 +252,22 @@ class ByteLevelEncoder:
         if pre_token.isascii():
             return pre_token.translate(self.ascii)
         return "".join(self.bytes[b] for b in pre_token.encode("utf-8"))
+
+
+class PreTokenCheck:
+    """Refuses a document holding a byte-level pre-token over limits.PRE_TOKEN_BYTES before the
+    BPE trainer sees it (training on a 10 MiB one ran for more than ten minutes)."""
+
+    def __init__(self):
+        self.classes = CharClasses()
+
+    def __call__(self, text: str) -> None:
+        """Raise PreTokenTooLong if ``text`` holds a pre-token over the cap."""
+        limit = PRE_TOKEN_BYTES.value()
+        if len(text) * 4 <= limit:  # UTF-8: at most 4 bytes a character
+            return
+        self.classes.learn(set(NON_ASCII.findall(text)), len(text))
+        pieces = self.classes.pre_tokens(text) or []  # none: no text (the trainer refuses it)
+        size = max((len(p.encode("utf-8")) for p in pieces if len(p) * 4 > limit), default=0)
+        if size > limit:
+            raise PreTokenTooLong(size)

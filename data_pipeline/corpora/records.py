@@ -10,31 +10,49 @@ tokenizer (subword.py).
 
 A record that is not an object with a string text field is an error naming the file and line
 (or row); with ``--skip-bad-records`` it is left out and counted (the count is logged per unit).
+So is a record too long (limits.RECORD_BYTES: never held, its bytes dropped as they stream past),
+too deeply nested, holding a lone surrogate, or a pre-token too long for the tokenizer
+(limits.PRE_TOKEN_BYTES). A compressed file that decompresses, or a Parquet row group whose text
+decodes, to more than limits.DECOMPRESSED_BYTES is refused whole (before reading, where Parquet's
+metadata says so).
 """
 
 from __future__ import annotations
 
-import io
+import functools
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
 import fsspec
 import numpy as np
 
-from data_pipeline.corpora.boundaries import boundary_at_or_after, next_line, read_range
+from data_pipeline.corpora.boundaries import next_line_start, read_range
+from data_pipeline.corpora.bytelevel import PreTokenCheck, PreTokenTooLong
 from data_pipeline.corpora.encoding import Documents, EncodedChunk
 from data_pipeline.corpora.splits import TextFiles
 from data_pipeline.corpora.subword import Subword
 from data_pipeline.errors import CorpusFormatError, reading
+from data_pipeline.limits import DECOMPRESSED_BYTES, RECORD_BYTES
 from data_pipeline.vocab import Vocab
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 PARQUET_SUFFIXES = (".parquet",)
 # Lines of a compressed file parsed and tokenized together (bounds a stream's text in memory).
 STREAM_RECORDS = 4096
+# Bytes read at a time: a line longer than the record cap is dropped as it streams past.
+READ_BYTES = 1 << 22
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class Oversized:
+    """Stands for a record over limits.RECORD_BYTES, whose bytes were never held."""
+
+
+OVERSIZED = Oversized()
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,37 @@ class RecordFileNames(TextFiles):
 
 
 @dataclass(frozen=True)
+class Place:
+    """Where a piece's records are, to name one in an error."""
+
+    url: str
+    """The file."""
+    unit: str
+    """What a record is called (line, row)."""
+    first: Callable[[], int] = lambda: 1
+    """The number in the file of the piece's first record (asked only for an error: a plain
+    file's lines before the piece are counted then)."""
+
+    def name(self, number: int) -> str:
+        """``FILE: line N`` for the piece's ``number``-th record."""
+        return f"{self.url}: {self.unit} {self.first() + number - 1}"
+
+
+@dataclass
+class Batch:
+    """The documents of a batch of a piece's records."""
+
+    place: Place
+    """Where the records are."""
+    texts: list[str]
+    """The document of each good record."""
+    numbers: list[int]
+    """Each document's record, numbered from 1 in the piece."""
+    bad: int
+    """Malformed records left out (--skip-bad-records)."""
+
+
+@dataclass(frozen=True)
 class Texts:
     """Each record's text field one document, tokenized by the job's subword tokenizer. The
     records are read by ``RecordDocuments`` (never as a byte range of text), which hands their
@@ -60,44 +109,60 @@ class Texts:
     skip_bad_records: bool = False
     """Leave out (and count) malformed records instead of stopping at the first."""
 
-    def texts(self, records: Numbered, url: str, unit: str) -> tuple[list[str], int]:
-        """The documents of numbered records (JSON lines as bytes, or Parquet values), and
-        how many malformed ones were left out."""
-        texts, bad = [], 0
+    def texts(self, records: Numbered, place: Place) -> Batch:
+        """The documents of numbered records (JSON lines as bytes, Parquet values or
+        OVERSIZED), each with its number, and how many malformed ones were left out."""
+        batch = Batch(place, [], [], 0)
         for number, record in records:
             try:
                 text = self.text_of(record)
             except ValueError as err:
-                if not self.skip_bad_records:
-                    raise CorpusFormatError(
-                        f"{url}: {unit} {number}: {err}; fix it or pass --skip-bad-records"
-                    ) from err
-                bad += 1
+                batch.bad += self.refused(place, number, str(err))
             else:
                 if text is not None:
-                    texts.append(text)
-        return texts, bad
+                    batch.texts.append(text)
+                    batch.numbers.append(number)
+        return batch
+
+    def refused(self, place: Place, number: int, why: str) -> int:
+        """A bad record: 1 (to count) with --skip-bad-records, else CorpusFormatError."""
+        if not self.skip_bad_records:
+            raise CorpusFormatError(
+                f"{place.name(number)}: {why}; fix it or pass --skip-bad-records"
+            )
+        return 1
 
     def text_of(self, record: bytes | object) -> str | None:
         """A record's document text; None for a blank JSON line (ValueError: malformed)."""
+        if record is OVERSIZED:
+            raise ValueError(f"a record of more than {RECORD_BYTES.named()} bytes")
         if isinstance(record, bytes):
             if not record.strip():
                 return None
-            try:
-                record = json.loads(record)
-            except ValueError as err:  # UnicodeDecodeError and JSONDecodeError alike
-                raise ValueError(f"not a JSON object ({err})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"a JSON {type(record).__name__}, not an object")
-            if self.text_field not in record:
-                raise ValueError(f"no field {self.text_field!r} (set --text-field)")
-            record = record[self.text_field]
+            record = self.json_field(record)
         if not isinstance(record, str):
             raise ValueError(f"field {self.text_field!r} is {type(record).__name__}, not text")
+        if not record.isascii() and (surrogate := SURROGATE.search(record)):
+            raise ValueError(f"its text holds a lone surrogate ({surrogate.group()!r}), no text")
         return record
 
+    def json_field(self, line: bytes) -> object:
+        """The text field of a JSON line (ValueError: no object holding it)."""
+        try:
+            record = json.loads(line)
+        except ValueError as err:  # UnicodeDecodeError and JSONDecodeError alike
+            raise ValueError(f"not a JSON object ({err})") from None
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"a JSON {type(record).__name__}, not an object")
+        if self.text_field not in record:
+            raise ValueError(f"no field {self.text_field!r} (set --text-field)")
+        return record[self.text_field]
 
-# (number, record): a JSON line (bytes) or a Parquet value, numbered from 1 in its file.
+
+# (number, record): a JSON line (bytes), a Parquet value or OVERSIZED, numbered from 1 in its
+# piece.
 Numbered = Iterable[tuple[int, object]]
 
 
@@ -112,13 +177,30 @@ class RecordDocuments(Documents):
         """The records that begin in bytes [start, stop) of a file, in numbered batches."""
         raise NotImplementedError
 
-    def texts(
-        self, url: str, start: int, stop: int, end: int, options: dict
-    ) -> Iterator[tuple[list[str], int]]:
-        """(documents, malformed records left out) of each batch of a piece's records."""
+    def place(self, url: str, start: int, end: int, options: dict) -> Place:
+        """Where the piece at ``start`` is (its records numbered from the file's start)."""
+        return Place(url, self.numbered)
+
+    def texts(self, url: str, start: int, stop: int, end: int, options: dict) -> Iterator[Batch]:
+        """The documents of each batch of a piece's records."""
         texts: Texts = self.tokenization
-        for batch in self.batches(url, start, stop, end, options):
-            yield texts.texts(batch, url, self.numbered)
+        place = self.place(url, start, end, options)
+        for records in self.batches(url, start, stop, end, options):
+            yield texts.texts(records, place)
+
+    def trainable(
+        self, url: str, start: int, stop: int, end: int, options: dict, check: PreTokenCheck
+    ) -> Iterator[str]:
+        """A piece's documents for the BPE trainer: those whose pre-tokens ``check`` passes."""
+        texts: Texts = self.tokenization
+        for batch in self.texts(url, start, stop, end, options):
+            for text, number in zip(batch.texts, batch.numbers):
+                try:
+                    check(text)
+                except PreTokenTooLong as err:
+                    texts.refused(batch.place, number, str(err))
+                else:
+                    yield text
 
     def encode_range(
         self, url: str, start: int, stop: int, end: int, storage_options: dict | None = None,
@@ -127,12 +209,15 @@ class RecordDocuments(Documents):
         """The subword ids of the records that begin in bytes [start, stop) of a file."""
         if not isinstance(vocab, Subword):
             raise ValueError("record datasets (jsonl, parquet) are tokenized by a --tokenizer")
+        texts: Texts = self.tokenization
         ids, lengths, bad = [], [], 0
-        for texts, skipped in self.texts(url, start, stop, end, storage_options or {}):
-            batch_ids, batch_lengths = vocab.encode_documents(texts)
-            ids.append(batch_ids)
-            lengths.append(batch_lengths)
-            bad += skipped
+        for batch in self.texts(url, start, stop, end, storage_options or {}):
+            encoded = vocab.encode_documents(batch.texts)
+            for index, why in encoded.refused.items():
+                bad += texts.refused(batch.place, batch.numbers[index], why)
+            ids.append(encoded.ids)
+            lengths.append(encoded.lengths)
+            bad += batch.bad
         return EncodedChunk(
             None,
             np.concatenate(ids) if ids else np.zeros(0, np.int32),
@@ -142,41 +227,84 @@ class RecordDocuments(Documents):
         )
 
 
+def bounded_lines(blocks: Iterable[bytes], limit: int) -> Iterator[bytes | Oversized]:
+    """The lines of a stream of byte blocks (split at newlines only), each line over ``limit``
+    bytes as OVERSIZED: its bytes are dropped as they come, never held whole."""
+    head: list[bytes] = []  # the line so far, while within the limit
+    size = 0  # its bytes, counted on past the limit
+    for block in blocks:
+        *ended, rest = block.split(b"\n")
+        if ended:
+            size += len(ended[0])
+            yield OVERSIZED if size > limit else b"".join([*head, ended[0]])
+            yield from (line if len(line) <= limit else OVERSIZED for line in ended[1:])
+            head, size = [], 0
+        size += len(rest)
+        if size <= limit:
+            head.append(rest)
+        else:
+            head = []
+    if size:
+        yield OVERSIZED if size > limit else b"".join(head)
+
+
+def capped(blocks: Iterable[bytes], url: str) -> Iterator[bytes]:
+    """The blocks of a decompressed file, refused once past limits.DECOMPRESSED_BYTES."""
+    total, limit = 0, DECOMPRESSED_BYTES.value()
+    for block in blocks:
+        total += len(block)
+        if total > limit:
+            raise CorpusFormatError(
+                f"{url} decompresses to more than {DECOMPRESSED_BYTES.named()} bytes: split it "
+                "into smaller files (or raise the cap for a file you trust)"
+            )
+        yield block
+
+
 @dataclass(frozen=True)
 class JsonLines(RecordDocuments):
     """JSONL files: plain ones in pieces cut at line starts, compressed ones whole as a stream
     (by the piece at their start)."""
 
     def batches(self, url: str, start: int, stop: int, end: int, options: dict) -> Iterator:
-        """A compressed file's lines (all of them, in the piece at its start)."""
-        if start > 0:
-            return
-        with (
-            reading("corpus file", url),
-            fsspec.open(url, "rb", compression="infer", **options) as f,
-        ):
-            lines = enumerate(io.BufferedReader(f), 1)  # zstandard's reader has no lines
-            while batch := list(itertools.islice(lines, STREAM_RECORDS)):
-                yield batch
+        """A plain file's lines that start in [start, stop), in one batch; a compressed file's
+        lines (all of them, in the piece at its start) in batches of STREAM_RECORDS."""
+        if url.endswith(".jsonl"):
+            yield list(enumerate(self.plain_lines(url, start, stop, end, options), 1))
+        elif start == 0:
+            with (
+                reading("corpus file", url),
+                fsspec.open(url, "rb", compression="infer", **options) as f,
+            ):
+                blocks = capped(iter(functools.partial(f.read, READ_BYTES), b""), url)
+                lines = enumerate(bounded_lines(blocks, RECORD_BYTES.value()), 1)
+                while batch := list(itertools.islice(lines, STREAM_RECORDS)):
+                    yield batch
 
-    def texts(
+    def plain_lines(
         self, url: str, start: int, stop: int, end: int, options: dict
-    ) -> Iterator[tuple[list[str], int]]:
-        """A plain file's lines that start in [start, stop) in one batch; a compressed file's
-        as a stream of batches."""
-        if not url.endswith(".jsonl"):
-            yield from super().texts(url, start, stop, end, options)
-            return
+    ) -> Iterator[bytes | Oversized]:
+        """The lines of a plain file that start in [start, stop)."""
         fs, path = fsspec.core.url_to_fs(url, **options)
-        first = boundary_at_or_after(fs, path, url, next_line, start, end)
-        last = boundary_at_or_after(fs, path, url, next_line, stop, end)
-        lines = (read_range(fs, path, first, last, url) if last > first else b"").splitlines()
-        texts: Texts = self.tokenization
-        try:
-            yield texts.texts(enumerate(lines, 1), url, self.numbered)
-        except CorpusFormatError:  # number the malformed line in the file, counting only now
-            texts.texts(enumerate(lines, lines_before(fs, path, url, first) + 1), url, "line")
-            raise
+        first = next_line_start(fs, path, url, start, end)
+        last = next_line_start(fs, path, url, stop, end)
+        blocks = (
+            read_range(fs, path, a, min(a + READ_BYTES, last), url)
+            for a in range(first, last, READ_BYTES)
+        )
+        return bounded_lines(blocks, RECORD_BYTES.value())
+
+    def place(self, url: str, start: int, end: int, options: dict) -> Place:
+        """A plain file's piece is numbered from its first line, counted when an error asks."""
+        if not url.endswith(".jsonl"):
+            return super().place(url, start, end, options)
+
+        @functools.cache
+        def first() -> int:
+            fs, path = fsspec.core.url_to_fs(url, **options)
+            return lines_before(fs, path, url, next_line_start(fs, path, url, start, end)) + 1
+
+        return Place(url, self.numbered, first)
 
 
 def lines_before(fs, path: str, url: str, offset: int) -> int:
@@ -191,39 +319,13 @@ def lines_before(fs, path: str, url: str, offset: int) -> int:
 @dataclass(frozen=True)
 class ParquetRows(RecordDocuments):
     """Parquet files: a piece reads the row groups whose first byte is in it, one at a time,
-    only their text column."""
+    only their text column, within the caps (parquet.py)."""
 
     numbered: ClassVar[str] = "row"
 
     def batches(self, url: str, start: int, stop: int, end: int, options: dict) -> Iterator:
-        import pyarrow.parquet as pq  # an optional extra: txl-dist[parquet]
+        from data_pipeline.corpora import parquet  # pyarrow: an optional extra, txl-dist[parquet]
 
-        field = self.tokenization.text_field
         fs, path = fsspec.core.url_to_fs(url, **options)
         with reading("corpus file", url), fs.open(path, "rb") as f:
-            try:
-                parquet = pq.ParquetFile(f)
-            except Exception as err:  # pyarrow raises its own ArrowInvalid for a bad file
-                raise CorpusFormatError(f"{url} is not a Parquet file: {err}") from err
-            names = parquet.schema_arrow.names
-            if field not in names:
-                raise CorpusFormatError(
-                    f"{url} has no column {field!r} (columns: {', '.join(names)}); set --text-field"
-                )
-            row = 0
-            for group, first_byte, rows in row_groups(parquet.metadata):
-                if start <= first_byte < stop:
-                    values = parquet.read_row_group(group, columns=[field]).column(0).to_pylist()
-                    yield list(zip(range(row + 1, row + rows + 1), values))
-                row += rows
-
-
-def row_groups(metadata) -> Iterator[tuple[int, int, int]]:
-    """(index, first byte, rows) of each row group of a Parquet file."""
-    for i in range(metadata.num_row_groups):
-        group = metadata.row_group(i)
-        starts = [
-            c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset
-            for c in (group.column(k) for k in range(group.num_columns))
-        ]
-        yield i, min(starts), group.num_rows
+            yield from parquet.row_batches(f, url, self.tokenization.text_field, start, stop)

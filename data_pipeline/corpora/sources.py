@@ -11,7 +11,6 @@ cut into its splits in the cache (charlevel.py).
 from __future__ import annotations
 
 import hashlib
-import os
 import posixpath
 import re
 import tarfile
@@ -28,6 +27,7 @@ from data_pipeline.corpora import charlevel
 from data_pipeline.corpora.datasets import Dataset
 from data_pipeline.corpora.splits import SPLITS, SplitLayout, splits_in
 from data_pipeline.errors import ChecksumError, CorpusFormatError, SourceUnreachableError, reading
+from data_pipeline.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS
 
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 GLOB = re.compile(r"[*?[]")
@@ -157,14 +157,10 @@ def check_file_digest(local: Path, algorithm: str, digest: str, url: str) -> Non
 class ArchiveLimits:
     """Caps checked before anything is extracted (the official archives with headroom)."""
 
-    max_bytes: int = field(
-        default_factory=lambda: int(os.environ.get("TXL_ARCHIVE_MAX_BYTES", 16 << 30))
-    )
-    """Uncompressed bytes of the split files extracted (lm1b's whole archive holds 4.2 GB)."""
-    max_members: int = field(
-        default_factory=lambda: int(os.environ.get("TXL_ARCHIVE_MAX_MEMBERS", 10_000))
-    )
-    """Members (lm1b's archive holds a few hundred)."""
+    max_bytes: int = field(default_factory=ARCHIVE_BYTES.value)
+    """Uncompressed bytes of the split files extracted (limits.ARCHIVE_BYTES)."""
+    max_members: int = field(default_factory=ARCHIVE_MEMBERS.value)
+    """Members (limits.ARCHIVE_MEMBERS)."""
 
 
 def extract(

@@ -13,6 +13,8 @@ covers every byte, so decode(encode(document)) == document for any UTF-8 text.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import os
 from collections.abc import Iterable, Iterator
@@ -23,8 +25,10 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from data_pipeline.corpora import bytelevel
-from data_pipeline.corpora.bytelevel import ByteLevelEncoder
+from data_pipeline.corpora.bytelevel import ByteLevelEncoder, Encoded, PreTokenTooLong
+from data_pipeline.corpora.tokenizer_spec import check_ids, check_spec, too_large
 from data_pipeline.errors import CorpusFormatError, reading
+from data_pipeline.limits import PRE_TOKEN_BYTES, TOKENIZER_BYTES, VOCAB_SIZE
 
 TOKENIZER_FILE = "tokenizer.json"
 BPE_PREFIX = "bpe:"
@@ -38,10 +42,11 @@ def bpe_size(spec: str) -> int | None:
     if not spec.startswith(BPE_PREFIX):
         return None
     size = spec.removeprefix(BPE_PREFIX)
-    if not size.isdigit() or int(size) <= len(pre_tokenizers.ByteLevel.alphabet()):
+    most = VOCAB_SIZE.value()
+    if not (size.isascii() and size.isdigit() and 256 < int(size) <= most):
         raise ValueError(
-            f"--tokenizer {spec!r}: N must be a number of tokens above the 256 bytes, "
-            "e.g. bpe:32000"
+            f"--tokenizer {spec!r}: N must be a number of tokens above the 256 bytes and at most "
+            f"{VOCAB_SIZE.named()}, e.g. bpe:32000"
         )
     return int(size)
 
@@ -50,12 +55,13 @@ class Subword:
     """A tokenizer of the ``tokenizers`` library, kept as its ``tokenizer.json`` text."""
 
     def __init__(self, json_text: str, where: str = TOKENIZER_FILE):
-        """The tokenizer serialized as ``json_text`` (``where`` names it in errors)."""
+        """The tokenizer serialized as ``json_text``, checked before the library parses it
+        (tokenizer_spec.py; ``where`` names it in errors)."""
+        check_spec(json_text, where)
         self.json_text = json_text
-        try:
+        with library_errors(f"{where} is not a tokenizers tokenizer.json"):
             self.tokenizer  # noqa: B018 -- parse now: a bad file is refused where it is named
-        except Exception as err:  # the library raises bare Exceptions on a malformed file
-            raise CorpusFormatError(f"{where} is not a tokenizers tokenizer.json: {err}") from err
+        check_ids(self.tokenizer, where)
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
@@ -81,24 +87,49 @@ class Subword:
             return None
         return ByteLevelEncoder(self.tokenizer)
 
-    def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """int32 ids of the documents back to back, and int64 tokens per document: what the
-        library's ``encode`` makes of each (by bytelevel.py's encoder where it applies)."""
+    def encode_documents(self, texts: list[str]) -> Encoded:
+        """What the library's ``encode`` makes of each document (by bytelevel.py's encoder where
+        it applies), but for those holding a pre-token over limits.PRE_TOKEN_BYTES, refused."""
         if self.byte_level is not None:
             return self.byte_level.encode(texts)
+        limit = PRE_TOKEN_BYTES.value()
+        refused = {
+            i: str(PreTokenTooLong(size))
+            for i, text in enumerate(texts)
+            if len(text) * 4 > limit and (size := self.pre_token_over(text, limit))
+        }  # UTF-8: at most 4 bytes a character
+        kept = [text for i, text in enumerate(texts) if i not in refused]
         ids, lengths = [], []
-        for a in range(0, len(texts), BATCH_DOCUMENTS):
-            for encoding in self.tokenizer.encode_batch_fast(
-                texts[a : a + BATCH_DOCUMENTS], add_special_tokens=False
-            ):
+        for a in range(0, len(kept), BATCH_DOCUMENTS):
+            with library_errors("the tokenizer failed on a document"):
+                encodings = self.tokenizer.encode_batch_fast(
+                    kept[a : a + BATCH_DOCUMENTS], add_special_tokens=False
+                )
+            for encoding in encodings:
                 ids.append(np.asarray(encoding.ids, np.int32))
                 lengths.append(len(encoding.ids))
         all_ids = np.concatenate(ids) if ids else np.zeros(0, np.int32)
-        return all_ids, np.asarray(lengths, np.int64)
+        return Encoded(all_ids, np.asarray(lengths, np.int64), refused)
+
+    def pre_token_over(self, text: str, limit: int) -> int:
+        """UTF-8 bytes of the longest pre-token of ``text`` if over ``limit``, else 0 (the whole
+        text is one without a pre-tokenizer)."""
+        pre_tokenizer = self.tokenizer.pre_tokenizer
+        spans = [(0, len(text))] if pre_tokenizer is None else [
+            span for _, span in pre_tokenizer.pre_tokenize_str(text)
+        ]  # fmt: skip
+        long = (len(text[a:b].encode("utf-8")) for a, b in spans if (b - a) * 4 > limit)
+        return max((size for size in long if size > limit), default=0)
+
+    def encode(self, text: str) -> list[int]:
+        """The ids of one text (a request, a prompt)."""
+        with library_errors("the tokenizer failed on the text"):
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Iterable[int]) -> str:
         """The text of ``ids``."""
-        return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=False)
+        with library_errors("the tokenizer failed on the ids"):
+            return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=False)
 
     def save(self, url: str, storage_options: dict | None = None) -> None:
         """Write tokenizer.json to ``url`` (any fsspec URL)."""
@@ -107,12 +138,20 @@ class Subword:
 
     @classmethod
     def load(cls, url: str, storage_options: dict | None = None) -> Subword:
-        """Read a tokenizer.json (any fsspec URL)."""
+        """Read a tokenizer.json (any fsspec URL), no more than limits.TOKENIZER_BYTES of it."""
+        data = bytearray()
         with (
             reading("tokenizer file", url),
-            fsspec.open(url, "rt", encoding="utf-8", **(storage_options or {})) as f,
+            fsspec.open(url, "rb", **(storage_options or {})) as f,
         ):
-            return cls(f.read(), url)
+            for block in iter(functools.partial(f.read, 1 << 20), b""):
+                data += block
+                if len(data) > TOKENIZER_BYTES.value():
+                    raise too_large(url)
+        try:
+            return cls(data.decode("utf-8"), url)
+        except UnicodeDecodeError as err:
+            raise CorpusFormatError(f"{url} is not a tokenizers tokenizer.json: {err}") from None
 
     @classmethod
     def train_bpe(cls, size: int, documents: Iterator[str]) -> Subword:
@@ -127,3 +166,18 @@ class Subword:
         )
         tokenizer.train_from_iterator(documents, trainer)
         return cls(tokenizer.to_str())
+
+
+@contextlib.contextmanager
+def library_errors(what: str) -> Iterator[None]:
+    """The tokenizers library's failures as one CorpusFormatError saying ``what``: the bare
+    Exceptions it raises, and its panics (pyo3's PanicException, a BaseException that no
+    ``except Exception`` catches)."""
+    try:
+        yield
+    except Exception as err:
+        raise CorpusFormatError(f"{what}: {err}") from None
+    except BaseException as err:
+        if type(err).__name__ != "PanicException":
+            raise
+        raise CorpusFormatError(f"{what}: the tokenizers library panicked ({err})") from None

@@ -3,6 +3,7 @@ launch/pretrain.py gives torch huge pages."""
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -93,3 +94,24 @@ def test_evaluation_rows_that_do_not_split_over_the_ranks_are_refused_at_start_u
         "train.eval_rows to a multiple of 2 (e.g. 8)\n"
     )
     assert "TorchBackend" not in proc.stdout and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "weights, refusal",
+    [
+        (("Infinity", "1"), r"data\.mix\[0\]\.weight must be a finite number > 0, got inf"),
+        (("1e308", "1e308"), r"data\.mix weights \(1e\+308, 1e\+308\) sum to inf"),
+        (("5e-324", "5e-324"), r"data\.mix weights \(5e-324, 5e-324\) sum to 1e-323"),
+    ],
+)
+def test_mix_weights_that_cannot_be_normalized_are_refused_at_start_up(tmp_path, weights, refusal):
+    out = tmp_path / "run"
+    corpora = [f'{{"name": "{n}", "path": "{n}", "weight": {w}}}' for n, w in zip("ab", weights)]
+    mix = f"[{', '.join(corpora)}]"  # JSON's Infinity too, as --set reads it
+    args = [sys.executable, "launch/pretrain.py", "--config", "configs/tiny.json"]
+    settings = ["data.path=null", f"data.mix={mix}", "model.n_token=12000", f"train.out_dir={out}"]
+    args += [arg for setting in settings for arg in ("--set", setting)]
+    proc = processes.run(args, timeout=120, cwd=REPO_ROOT, env={**os.environ, "TXL_SET": ""})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert re.fullmatch(rf"config error: {refusal}[^\n]*\n", proc.stderr), proc.stderr
+    assert not out.exists()

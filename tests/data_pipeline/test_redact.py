@@ -35,6 +35,15 @@ def test_secret_names_and_plain_names():
         "aws_session_token",
         "wandb_api_key",
         "aws_access_key_id",
+        "private_token",
+        "PRIVATE-TOKEN",
+        "auth_key",
+        "jwt",
+        "user_jwt",
+        "hmacKey",
+        "session",
+        "JSESSIONID",
+        "ticket",
     ):
         assert is_secret_name(name), name
     for name in ("keep_last", "tgt_len", "path", "endpoint_url", "monkey"):
@@ -101,8 +110,37 @@ def test_more_credentials_in_urls_are_redacted_whole():
         )
 
 
+def test_parameters_after_a_fragment_or_percent_encoded_are_redacted():
+    for url, shown in (
+        ("https://app/cb#access_token=Zx9&state=s", f"https://app/cb#access_token={REDACTED}&state=s"),
+        ("https://h/x?access%5Ftoken=Zx9&n=1", f"https://h/x?access%5Ftoken={REDACTED}&n=1"),
+        ("https://h/x?%74oken=Zx9", f"https://h/x?%74oken={REDACTED}"),
+        ("https://h/x;jsessionid=Zx9?page=2", f"https://h/x;jsessionid={REDACTED}?page=2"),
+        ("https://h/x?private_token=Zx9#ticket=Ab1", f"https://h/x?private_token={REDACTED}#ticket={REDACTED}"),
+    ):  # fmt: skip
+        assert redact_text(f"cannot open {url} (gone)") == f"cannot open {shown} (gone)", url
+
+
+@pytest.mark.parametrize("password", ["p/ss", "p?ss", "p#ss", "p ss", "p/s?s#s s@x"])
+def test_a_password_that_ends_the_authority_early_is_redacted_whole(password):
+    for url in (f"http://alice:{password}@host:8000/data", f"s3://AKIA:{password}@bucket/x"):
+        scheme = url.split("://")[0]
+        assert redact_text(f"cannot open {url}\nnext line a@b") == (
+            f"cannot open {scheme}://{REDACTED}@{url.rsplit('@', 1)[1]}\nnext line a@b"
+        )
+
+
+def test_an_at_sign_after_a_host_is_no_password():
+    for url in ("http://127.0.0.1:8000/users/@me", "hf://datasets/org/name@main/x.parquet"):
+        assert redact_text(f"cannot open {url} (ask admin@example.com)").startswith(
+            f"cannot open {url} "
+        )
+
+
 # Inputs that made the earlier patterns backtrack over the whole text at every position.
-STALLING = {"letters": "a", "queries": "?", "ats": "@", "schemes": "a://x"}
+STALLING = {
+    "letters": "a", "queries": "?", "ats": "@", "schemes": "a://x", "passwords": "a://u:p/",
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", STALLING)
@@ -185,3 +223,27 @@ def test_prepare_from_a_url_with_a_password_leaves_no_trace(
     refusal = capsys.readouterr().err
     assert "--out-option / --source-option: a storage option is not KEY=VALUE" in refusal
     assert TOKEN not in refusal
+
+
+@pytest.mark.parametrize(
+    "secret_url",
+    [
+        "http://alice:p/ss-{secret}@{host}/wt103.zip",
+        "http://alice:p?ss-{secret}@{host}/wt103.zip",
+        "http://alice:p#ss-{secret}@{host}/wt103.zip",
+        "http://alice:p ss-{secret}@{host}/wt103.zip",
+        "http://{host}/wt103.zip?private_token={secret}&x=1",
+        "http://{host}/wt103.zip?x=1#access_token={secret}",
+        "http://{host}/wt103.zip?auth%5Fkey={secret}",
+        "http://{host}/wt103.zip?jwt={secret}&hmac={secret}",
+    ],
+)
+def test_txl_prepare_names_a_source_without_its_secret(tmp_path, refused_url, capsys, secret_url):
+    host = refused_url.removeprefix("http://")
+    source = secret_url.format(secret=PASSWORD, host=host)
+    argv = ["--dataset", "wikitext-103", "--source", source, "--out", str(tmp_path / "out"),
+            "--cache-dir", str(tmp_path / "cache"), "--no-progress"]  # fmt: skip
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("txl-prepare: error: source http://") and error.count("\n") == 1
+    assert PASSWORD not in error and REDACTED in error, error

@@ -1,6 +1,6 @@
 """txl-eval --tasks: the harness's own evaluator on locally defined tasks scores what txl-eval
 and our model score: rolling perplexity as `txl-eval --text`, a cloze task's continuations as
-our per-token losses after their contexts."""
+our per-token losses after their contexts; the results JSON never goes through a planted link."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import math
 import re
 
 import pytest
+from lm_eval.utils import sanitize_model_name
 
 from tests.harness.conftest import (
     ROLLING,
@@ -76,3 +77,23 @@ def test_harness_flags_need_tasks_and_a_task_without_data_is_one_line(
     assert main([str(a) for a in argv]) == USAGE_ERROR
     error = capsys.readouterr().err.splitlines()[-1]
     assert error.startswith("txl-eval: error: ") and "no_data.jsonl" in error
+
+
+@pytest.mark.parametrize("planted", ["a directory", "a file"])
+def test_results_are_never_written_through_a_planted_link(
+    capsys, offline_harness, model_dir, tasks, tmp_path, planted
+):
+    out = tmp_path / "results"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    if planted == "a directory":
+        victim.mkdir()
+    else:
+        victim.write_text("precious")
+    (out / sanitize_model_name(str(model_dir))).symlink_to(victim)
+    argv = ["--model", model_dir, "--tasks", "wt103_rolling", "--include-path", tasks]
+    printed = txl_eval(capsys, *argv, "--output-path", out, "--limit", "1", "--device", "cpu")
+    (path,) = out.glob("*/results_*.json")
+    assert f"results: {path}" in printed
+    assert not path.parent.is_symlink() and not path.is_symlink()
+    assert (list(victim.iterdir()) == []) if victim.is_dir() else victim.read_text() == "precious"

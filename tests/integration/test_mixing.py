@@ -7,6 +7,7 @@ write text with it."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import shutil
@@ -148,6 +149,10 @@ def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_th
     with moved_away(corpora):  # the checkpoint's own tokenizer: no data root needed
         export(str(mixed_run), str(model_dir))
     assert (model_dir / TOKENIZER_FILE).read_bytes() == tokenizer_json
+    assert json.loads((model_dir / "data.json").read_text())["tokenizer"] == {
+        "sha256": hashlib.sha256(tokenizer_json).hexdigest(),
+        "bytes": len(tokenizer_json),
+    }  # what loads check the export's tokenizer.json against
     assert not (model_dir / "vocab.txt").exists()
     readme = (model_dir / "README.md").read_text()
     assert f"subword tokenizer {TOKENIZER_FILE} of {library.get_vocab_size()} tokens" in readme

@@ -22,7 +22,9 @@ data once, and reports each model's effective context and, for several --model, 
 
 --tasks runs lm-evaluation-harness tasks (its flags' names and meanings, underscores accepted)
 on one rank, with the memory kept (txl_dist.harness): it prints the harness's table and writes
-its results JSON under --output-path.
+its results JSON under --output-path. Task files are code: a `!function` of one outside the
+harness's own tasks is refused and templates render in Jinja's sandbox, unless
+--trust-task-code.
 """
 
 from __future__ import annotations
@@ -139,7 +141,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     source.add_argument("--text", help="raw text file in words, scored over all its tokens")
     source.add_argument("--tasks", help="lm-evaluation-harness tasks, comma-separated")
     harness = p.add_argument_group("lm-evaluation-harness (with --tasks)")
-    harness.add_argument("--include-path", "--include_path", help="directory of task YAMLs")
+    harness.add_argument(
+        "--include-path", "--include_path",
+        help="directory of task YAMLs; task files are code: a !function is refused and "
+        "templates render in Jinja's sandbox unless --trust-task-code",
+    )  # fmt: skip
+    harness.add_argument(
+        "--trust-task-code", action="store_true",
+        help="let task files run code (!function, templates outside the sandbox): only for "
+        "task files you trust",
+    )  # fmt: skip
     harness.add_argument("--output-path", "--output_path", help="directory for the results JSON")
     harness.add_argument("--num-fewshot", "--num_fewshot", type=int, help="few-shot examples")
     harness.add_argument("--limit", type=float, help="documents per task (below 1: a fraction)")
@@ -180,8 +191,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.sweep is None and (len(args.model) > 1 or args.out):
         p.error("several --model and --out need a sweep: add --sweep-mem-len or --sweep-clamp-len")
     harness_flags = (args.include_path, args.output_path, args.num_fewshot, args.limit)
-    if not args.tasks and any(flag is not None for flag in harness_flags):
-        p.error("--include-path, --output-path, --num-fewshot and --limit go with --tasks")
+    if not args.tasks and (args.trust_task_code or any(f is not None for f in harness_flags)):
+        p.error(
+            "--include-path, --output-path, --num-fewshot, --limit and --trust-task-code go "
+            "with --tasks"
+        )
     if args.tasks and args.sweep:
         p.error("--tasks runs harness tasks, not a sweep: drop --sweep-mem-len/--sweep-clamp-len")
     if len(set(args.model)) < len(args.model):
@@ -345,7 +359,7 @@ def harness_tasks(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     run = TaskRun(
         [t for t in args.tasks.split(",") if t], args.include_path, args.output_path,
-        args.num_fewshot, args.limit,
+        args.num_fewshot, args.limit, args.trust_task_code,
     )  # fmt: skip
     try:
         model = TXLM(

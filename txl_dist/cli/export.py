@@ -50,7 +50,7 @@ from txl_dist.engine.checkpoint import (
     find_resume_point,
     load_trusted,
 )
-from txl_dist.exported import DATA_FILE, DTYPES
+from txl_dist.exported import DATA_FILE, DTYPES, tokenizer_record
 from txl_dist.hf import export as hf_export
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta
@@ -244,8 +244,11 @@ def export(
 
     def write_extra(directory: str) -> None:
         vocab.save(os.path.join(directory, TOKENIZER_FILE if subword else VOCAB_FILE))
+        data = {"dataset": ckpt.config.data.dataset, "level": ckpt.point.client.level}
+        if subword:  # what loads check the export's tokenizer.json against
+            data["tokenizer"] = tokenizer_record(vocab)
         with open(os.path.join(directory, DATA_FILE), "w") as f:
-            json.dump({"dataset": ckpt.config.data.dataset, "level": ckpt.point.client.level}, f)
+            json.dump(data, f)
         with open(os.path.join(directory, README_FILE), "w") as f:
             f.write(readme(ckpt, dtype, format, subword))
 

@@ -1,9 +1,15 @@
 """`txl-eval --tasks`: harness tasks run through the harness's own evaluator, its table printed and
-its results JSON written, as its `lm-eval run` does (which cannot load a model of our package)."""
+its results JSON written, as its `lm-eval run` does (which cannot load a model of our package).
+
+Task files run code only as trust.py allows. The harness writes its results JSON into a private
+directory; it is copied from there into --output-path as a new file, never through a link planted
+where the harness would have written (OUTPUT/<model name>/)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 
 from lm_eval import simple_evaluate
@@ -11,7 +17,9 @@ from lm_eval.loggers import EvaluationTracker
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import make_table
 
+from txl_dist.files import directory, open_new
 from txl_dist.harness.lm import TXLM
+from txl_dist.harness.trust import task_code
 
 
 @dataclass
@@ -28,6 +36,8 @@ class TaskRun:
     """Examples in each prompt's few-shot context (default: each task's own)."""
     limit: float | None = None
     """Documents per task: a count, or below 1 a fraction."""
+    trust_task_code: bool = False
+    """Let task files run code: `!function`s and templates outside Jinja's sandbox."""
 
 
 @dataclass
@@ -50,23 +60,40 @@ class TaskResults:
 def run_tasks(model: TXLM, pretrained: str, run: TaskRun) -> TaskResults:
     """Evaluate `model` (exported in `pretrained`) on `run`'s tasks."""
     limit = None if run.limit is None else int(run.limit) if run.limit >= 1 else run.limit
-    tracker = EvaluationTracker(output_path=run.output_path)
-    results = simple_evaluate(
-        model=model,
-        model_args={"pretrained": pretrained},
-        tasks=run.tasks,
-        num_fewshot=run.num_fewshot,
-        batch_size=model.batch_size,
-        limit=limit,
-        task_manager=task_manager(run),
-        evaluation_tracker=tracker,
-        log_samples=False,
-    )
-    path = None
-    if run.output_path:
+    with tempfile.TemporaryDirectory(prefix="txl-eval-results-") as private:
+        staged = os.path.join(private, os.path.basename(run.output_path or ""))
+        tracker = EvaluationTracker(output_path=staged)
+        with task_code(run.trust_task_code):
+            results = simple_evaluate(
+                model=model,
+                model_args={"pretrained": pretrained},
+                tasks=run.tasks,
+                num_fewshot=run.num_fewshot,
+                batch_size=model.batch_size,
+                limit=limit,
+                task_manager=task_manager(run),
+                evaluation_tracker=tracker,
+                log_samples=False,
+            )
+        if not run.output_path:
+            return TaskResults(results, None)
         tracker.save_results_aggregated(results=results, samples=None)
+        written = results_path(tracker, staged)
+        if not os.path.exists(written):  # the tracker logs a failure instead of raising
+            raise OSError(f"the harness could not write its results under {run.output_path}")
         path = results_path(tracker, run.output_path)
-    return TaskResults(results, path)
+        if not run.output_path.endswith(".json"):  # OUTPUT/<model name>/, a planted link replaced
+            os.makedirs(run.output_path, exist_ok=True)
+            directory(os.path.dirname(path))
+        return TaskResults(results, placed(written, path))
+
+
+def placed(written: str, path: str) -> str:
+    """`path`, a new file holding the results JSON `written` (never written through a link)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(written, "rb") as source, open_new(path, "wb") as target:
+        shutil.copyfileobj(source, target)
+    return path
 
 
 def task_manager(run: TaskRun) -> TaskManager:
@@ -80,13 +107,8 @@ def task_manager(run: TaskRun) -> TaskManager:
 
 
 def results_path(tracker: EvaluationTracker, output_path: str) -> str:
-    """Where the tracker wrote its results JSON (it logs a failure instead of raising)."""
+    """Where the tracker writes its results JSON for `output_path`."""
     if output_path.endswith(".json"):
-        stem = output_path.removesuffix(".json")
-        path = f"{stem}_{tracker.date_id}.json"
-    else:
-        name = tracker.general_config_tracker.model_name_sanitized
-        path = os.path.join(output_path, name, f"results_{tracker.date_id}.json")
-    if not os.path.exists(path):
-        raise OSError(f"the harness could not write its results under {output_path}")
-    return path
+        return f"{output_path.removesuffix('.json')}_{tracker.date_id}.json"
+    name = tracker.general_config_tracker.model_name_sanitized
+    return os.path.join(output_path, name, f"results_{tracker.date_id}.json")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from data_pipeline.corpora.subword import Subword
+
 from ..conftest import TITLE
 
 
@@ -26,3 +28,11 @@ def lm1b_sentences(shared_data) -> list[str]:
     """The sentences (lines) of the shared One Billion Word held-out file."""
     path = shared_data / "one-billion-word" / "news.en.heldout-00000-of-00050.part1"
     return path.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture(scope="session")
+def tokenizer_file(tmp_path_factory, lm1b_sentences) -> str:
+    """A byte-level BPE (the fast encoder's kind) as a tokenizer.json file."""
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    Subword.train_bpe(400, iter(lm1b_sentences[-1000:])).save(str(path))
+    return str(path)

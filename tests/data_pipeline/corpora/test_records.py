@@ -199,7 +199,7 @@ def test_a_parquet_row_without_text_is_named_by_file_and_row(tmp_path, lm1b_sent
 
 def test_a_parquet_file_without_the_text_column_names_its_columns(tmp_path, lm1b_sentences):
     write_parquet(tmp_path / "src" / "news.parquet", lm1b_sentences[:100], field="body")
-    with pytest.raises(CorpusFormatError, match=r"has no column 'text' \(columns: id, body\)"):
+    with pytest.raises(CorpusFormatError, match=r"has no column 'text' \(columns: 'id', 'body'\)"):
         prepare("parquet", str(tmp_path / "out"), str(tmp_path / "src"), tokenizer="bpe:300")
 
 
@@ -215,3 +215,196 @@ def test_a_parquet_file_without_the_text_column_names_its_columns(tmp_path, lm1b
 def test_settings_that_do_not_fit_are_refused_before_reading(dataset, options, refusal):
     with pytest.raises(ValueError, match=refusal):
         Settings(dataset, "out", "missing-source", **options)
+
+
+def run_prepare(source: Path, out: Path, *options: str) -> int:
+    """txl-prepare itself (its main) on a record source: its exit status."""
+    from data_pipeline.cli import main
+
+    argv = ["--source", str(source), "--out", str(out), "--workers", "1", "--no-progress"]
+    return main([*argv, *options])
+
+
+def one_line_error(capsys) -> str:
+    """txl-prepare's error: one line, no traceback."""
+    err = capsys.readouterr().err
+    assert err.startswith("txl-prepare: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def with_line(tmp_path: Path, sentences: list[str], line: str, name: str) -> Path:
+    """300 sentences as JSONL (compressed as ``name`` says) whose line 150 is ``line``."""
+    documents = sentences[:300]
+    write_jsonl(tmp_path / "src" / "train" / name, documents)
+    path = tmp_path / "src" / "train" / name
+    text = gzip.decompress(path.read_bytes()) if name.endswith(".gz") else path.read_bytes()
+    if name.endswith(".zst"):
+        text = zstandard.ZstdDecompressor().decompressobj().decompress(text)
+    lines = text.decode("utf-8").splitlines(keepends=True)
+    lines[149] = line + "\n"
+    write_raw(path, "".join(lines).encode("utf-8"))
+    return tmp_path / "src"
+
+
+def write_raw(path: Path, data: bytes) -> None:
+    """``data`` written compressed as the file name says."""
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data, compresslevel=1)
+    elif path.name.endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    path.write_bytes(data)
+
+
+def kept_but_line_150(sentences: list[str]) -> list[str]:
+    return sentences[:149] + sentences[150:300]
+
+
+@pytest.mark.parametrize("name", ["news.jsonl", "news.jsonl.gz", "news.jsonl.zst"])
+def test_a_record_over_the_cap_is_named_or_counted_never_held(
+    tmp_path, lm1b_sentences, tokenizer_file, monkeypatch, capsys, caplog, name
+):
+    import tracemalloc
+
+    monkeypatch.setenv("TXL_MAX_RECORD_BYTES", "65536")
+    line = json.dumps({"text": "word " * (6 << 20)})  # 30 MiB of ordinary words on one line
+    src = with_line(tmp_path, lm1b_sentences, line, name)
+    del line
+    tokenizer = ["--dataset", "jsonl", "--tokenizer", tokenizer_file]
+    assert run_prepare(src, tmp_path / "out", *tokenizer) == 2
+    assert re.search(
+        rf"{re.escape(name)}: line 150: a record of more than TXL_MAX_RECORD_BYTES=65536 bytes; "
+        "fix it or pass --skip-bad-records",
+        one_line_error(capsys),
+    )
+    tracemalloc.start()
+    try:
+        assert run_prepare(src, tmp_path / "kept", *tokenizer, "--skip-bad-records") == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 << 20, peak  # the 30 MiB line was never held
+    assert re.search(r"train-\d{5}: left out 1 malformed records", caplog.text)
+    assert_split_is_the_library_encoding(
+        tmp_path / "kept", "train", kept_but_line_150(lm1b_sentences)
+    )
+
+
+# Runs the library's BPE would take ~170 bytes of memory per byte of (and its trainer minutes).
+LONG_RUNS = {
+    "letters": "a" * 70_000,
+    "CJK letters": "東" * 30_000,
+    "digits": "7" * 70_000,
+    "symbols": "!" * 70_000,
+    "spaces": " x" + "\u3000" * 30_000 + "y",
+}
+
+
+def lowercasing(path: str) -> str:
+    """The tokenizer at ``path`` with a lower-casing normalizer: one the library encodes."""
+    from tokenizers import normalizers
+
+    tokenizer = Tokenizer.from_file(path)
+    tokenizer.normalizer = normalizers.Lowercase()
+    return tokenizer.to_str()
+
+
+@pytest.mark.parametrize("run", LONG_RUNS)
+@pytest.mark.parametrize("encoder", ["fast", "library", "bpe"])
+def test_a_pre_token_over_the_cap_is_named_or_counted(
+    tmp_path, lm1b_sentences, tokenizer_file, capsys, caplog, run, encoder
+):
+    src = with_line(
+        tmp_path, lm1b_sentences, json.dumps({"text": f"Once {LONG_RUNS[run]} more"}), "news.jsonl"
+    )
+    if encoder == "library":
+        (tmp_path / "lower.json").write_text(lowercasing(tokenizer_file))
+        tokenizer = str(tmp_path / "lower.json")
+    else:
+        tokenizer = "bpe:300" if encoder == "bpe" else tokenizer_file
+    options = ["--dataset", "jsonl", "--tokenizer", tokenizer]
+    assert run_prepare(src, tmp_path / "out", *options) == 2
+    assert re.search(
+        r"news\.jsonl: line 150: a pre-token \(a run of letters, digits, symbols or spaces\) of "
+        r"\d+ bytes, more than TXL_MAX_PRE_TOKEN_BYTES=65536; fix it or pass --skip-bad-records",
+        one_line_error(capsys),
+    )
+    assert run_prepare(src, tmp_path / "kept", *options, "--skip-bad-records") == 0
+    assert re.search(r"train-\d{5}: left out 1 malformed records", caplog.text)
+    documents = kept_but_line_150(lm1b_sentences)
+    if encoder != "library":  # a normalizer: no longer the documents once decoded
+        assert_split_is_the_library_encoding(tmp_path / "kept", "train", documents)
+
+
+@pytest.mark.parametrize("name", ["news.jsonl.gz", "news.jsonl.zst"])
+def test_a_compressed_file_decompressing_past_the_cap_is_refused(
+    tmp_path, lm1b_sentences, tokenizer_file, monkeypatch, capsys, name
+):
+    monkeypatch.setenv("TXL_MAX_DECOMPRESSED_BYTES", "1000000")
+    src = tmp_path / "src" / "train"
+    src.mkdir(parents=True)
+    write_raw(
+        src / name, b"".join(json.dumps({"text": s}).encode() + b"\n" for s in lm1b_sentences) * 10
+    )
+    assert (
+        run_prepare(
+            tmp_path / "src",
+            tmp_path / "out",
+            "--dataset",
+            "jsonl",
+            "--tokenizer",
+            tokenizer_file,
+            "--skip-bad-records",
+        )
+        == 2
+    )
+    assert re.search(
+        rf"{re.escape(name)} decompresses to more than TXL_MAX_DECOMPRESSED_BYTES=1000000 bytes: "
+        "split it into smaller files",
+        one_line_error(capsys),
+    )
+
+
+@pytest.mark.parametrize(
+    "bad_line, what",
+    [
+        ('{"text": "a lone \\ud800 surrogate"}', r"its text holds a lone surrogate \('\\ud800'\)"),
+        ('{"text": "\\udfff at the start"}', r"its text holds a lone surrogate \('\\udfff'\)"),
+        (
+            '{"text": "reversed pair \\udc00\\ud800"}',
+            r"its text holds a lone surrogate \('\\udc00'\)",
+        ),
+        ('{"text": "deep", "n": ' + "[" * 100_000 + "]" * 100_000 + "}", "JSON nested too deeply"),
+        (
+            '{"text": "deep", "n": ' + '{"a": ' * 100_000 + "1" + "}" * 100_001,
+            "JSON nested too deeply",
+        ),
+    ],
+)
+@pytest.mark.parametrize("name", ["news.jsonl", "news.jsonl.gz"])
+def test_text_no_tokenizer_takes_is_named_or_counted(
+    tmp_path, lm1b_sentences, tokenizer_file, capsys, caplog, bad_line, what, name
+):
+    src = with_line(tmp_path, lm1b_sentences, bad_line, name)
+    options = ["--dataset", "jsonl", "--tokenizer", tokenizer_file]
+    assert run_prepare(src, tmp_path / "out", *options) == 2
+    assert re.search(
+        rf"{re.escape(name)}: line 150: {what}.*--skip-bad-records", one_line_error(capsys)
+    )
+    assert run_prepare(src, tmp_path / "kept", *options, "--skip-bad-records") == 0
+    assert re.search(r"train-\d{5}: left out 1 malformed records", caplog.text)
+    assert_split_is_the_library_encoding(
+        tmp_path / "kept", "train", kept_but_line_150(lm1b_sentences)
+    )
+
+
+@pytest.mark.parametrize("spec", ["bpe:99999999999999999999", "bpe:2097153", "bpe:٣٠٠", "bpe:²"])
+def test_a_bpe_size_that_cannot_be_trained_is_one_line(tmp_path, capsys, spec):
+    with pytest.raises(SystemExit) as exit:
+        run_prepare(tmp_path / "src", tmp_path / "out", "--dataset", "jsonl", "--tokenizer", spec)
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        "N must be a number of tokens above the 256 bytes and at most TXL_MAX_VOCAB_SIZE=2097152"
+        in err
+    )
+    assert "Traceback" not in err

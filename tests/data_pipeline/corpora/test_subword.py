@@ -12,7 +12,8 @@ def test_byte_level_bpe_round_trips_real_text_exactly(wikitext103_articles, lm1b
     documents = wikitext103_articles[:60] + lm1b_sentences[:2000]
     tokenizer = Subword.train_bpe(600, iter(documents))
     assert len(tokenizer) == 600
-    ids, lengths = tokenizer.encode_documents(documents)
+    encoded = tokenizer.encode_documents(documents)
+    ids, lengths = encoded.ids, encoded.lengths
     assert lengths.sum() == len(ids) and len(lengths) == len(documents)
     assert ids.max() < len(tokenizer)
     starts = [0, *lengths.cumsum().tolist()]
@@ -20,7 +21,7 @@ def test_byte_level_bpe_round_trips_real_text_exactly(wikitext103_articles, lm1b
         assert tokenizer.decode(ids[starts[k] : starts[k + 1]]) == document
     # Text the training never saw, down to bytes outside its alphabet, comes back too.
     unseen = "Ünïcødé — 東京 \t\r\n  emoji 🙂 and trailing spaces  "
-    assert tokenizer.decode(tokenizer.encode_documents([unseen])[0]) == unseen
+    assert tokenizer.decode(tokenizer.encode_documents([unseen]).ids) == unseen
 
 
 def test_a_saved_tokenizer_loads_as_the_same_tokenizer(tmp_path, lm1b_sentences):

@@ -19,6 +19,7 @@ from tests.engine.checkpoint.transaction_worker import (
     TOKENIZER,
     WIDTH,
     directories,
+    victims,
 )
 from txl_dist.config import load_run_config
 from txl_dist.engine import checkpoint
@@ -54,6 +55,20 @@ def test_a_save_records_every_file_and_replaces_a_killed_saves_leftovers(saves):
         assert recorded["bytes"] == (tag / name).stat().st_size > 0
     assert checkpoint.damage(str(tag), record.files) is None
     assert not list(dirs["plain"].glob(f"*{checkpoint.PARTIAL}"))
+
+
+@pytest.mark.parametrize("name", ["planted", "planted_async"])
+def test_a_planted_link_is_removed_never_written_through(saves, name):
+    dirs, results = saves
+    assert [r[name] for r in results] == [None, None]  # both saves completed
+    tag, latest = dirs[name] / "global_step1", dirs[name] / checkpoint.LATEST
+    assert tag.is_dir() and not tag.is_symlink() and not latest.is_symlink()
+    assert latest.read_text() == "global_step1"
+    record = CheckpointState.from_json((tag / checkpoint.CLIENT_FILE).read_text(), "txl.json")
+    assert checkpoint.damage(str(tag), record.files) is None
+    directory, file = victims(dirs[name])
+    assert [p.name for p in directory.iterdir()] == ["precious"]
+    assert file.read_text() == "precious"
 
 
 def test_a_truncated_file_makes_resume_fall_back_to_the_previous_checkpoint(saves, tmp_path):

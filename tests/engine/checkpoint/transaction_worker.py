@@ -1,9 +1,9 @@
 """One of the 2 gloo ranks of test_transaction.py: real DeepSpeed saves (ZeRO-2, bf16) of a run
 on subword data (every checkpoint carries its tokenizer), a killed save's leftovers, a write
-failing on this rank only, a full disk, and asynchronous saves (one of the same step as a
+failing on this rank only, a full disk, asynchronous saves (one of the same step as a
 synchronous one, taken while the next step trains, one whose background write fails on this
 rank, one falling back to a synchronous save because rank 1's machine says it has no memory
-available).
+available), and a synchronous and an asynchronous save where links were planted.
 
 python -c "from tests.engine.checkpoint.transaction_worker import main; main(ROOT)" RANK
 prints `RESULT {json}`: what this rank's saves raised, whether the kept checkpoint reloads, the
@@ -50,11 +50,30 @@ STATE = CheckpointState(
 )  # fmt: skip
 
 
+ASYNC = ("async", "fallback", "planted_async")  # the directories of asynchronous saves
+
+
 def directories(root: Path) -> dict[str, Path]:
-    """The checkpoints directories the ranks save into (`disk` is on a full tmpfs; `async`
-    gets asynchronous saves)."""
-    names = ("plain", "disk", "async", "fallback")
+    """The checkpoints directories the ranks save into (`disk` is on a full tmpfs; those in
+    ASYNC get asynchronous saves; `planted` ones links where a save writes)."""
+    names = ("plain", "disk", "async", "fallback", "planted", "planted_async")
     return {name: root / name / "checkpoints" for name in names}
+
+
+def victims(checkpoints: Path) -> tuple[Path, Path]:
+    """A directory and a file beside `checkpoints` that planted links point to."""
+    return checkpoints.parent / "victim", checkpoints.parent / "victim.txt"
+
+
+def plant(checkpoints: Path) -> None:
+    """Links where step 1's save writes its partial directory and `latest`, to the victims."""
+    directory, file = victims(checkpoints)
+    directory.mkdir(parents=True)
+    (directory / "precious").write_text("precious")
+    file.write_text("precious")
+    checkpoints.mkdir(parents=True)
+    (checkpoints / f"global_step1{checkpoint.PARTIAL}").symlink_to(directory)
+    (checkpoints / f"{checkpoint.LATEST}{checkpoint.PARTIAL}").symlink_to(file)
 
 
 def _engine():
@@ -123,7 +142,7 @@ def main(root: str) -> None:
             save_interval=0,
             keep_last=2,
             needed_bytes=NEEDED,
-            async_save=name in ("async", "fallback"),
+            async_save=name in ASYNC,
             tokenizer=TOKENIZER,
         )
         for name, directory in dirs.items()
@@ -178,6 +197,13 @@ def main(root: str) -> None:
     out["one_rank"] = save("plain", 3)
     out["async_one_rank"] = save("async", 3)  # the snapshot is taken; the background write fails
     resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+    if rank == 0:
+        plant(dirs["planted"])
+        plant(dirs["planted_async"])
+    dist.barrier()
+    out["planted"] = save("planted", 1)
+    out["planted_async"] = save("planted_async", 1)
 
     save("disk", 1)
     saved = engine.module.weight.detach().clone()

@@ -14,6 +14,7 @@ from isal import isal_zlib
 
 from data_pipeline.corpora.subword import TOKENIZER_FILE
 from txl_dist.engine.checkpoint.state import CLIENT_FILE
+from txl_dist.files import open_new
 
 DIGEST_CHUNK = 16 << 20
 # Reads and fsyncs release the GIL (a chunk's CRC-32 holds it briefly): files are checked in
@@ -106,7 +107,9 @@ def files_under(root: str) -> list[str]:
 
 
 def write_synced(path: str, text: str) -> None:
-    with open(path, "w") as f:
+    """A new file holding `text`, made durable (whatever held the name is replaced, a planted
+    link never written through)."""
+    with open_new(path) as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -39,6 +38,7 @@ from txl_dist.engine.checkpoint.state import (
 )
 from txl_dist.engine.checkpoint.trusted import check_pickles, load_trusted
 from txl_dist.engine.memory import MemoryBank
+from txl_dist.files import new_directory
 from txl_dist.process.dist import World
 from txl_dist.process.restarts import restart_count
 
@@ -171,7 +171,7 @@ def convert_to_universal(point: ResumePoint) -> str:
     output = os.path.join(point.directory, universal)
     if dist.get_rank() == 0 and not os.path.exists(output):
         staging = output + PARTIAL
-        shutil.rmtree(staging, ignore_errors=True)  # an interrupted conversion's
+        new_directory(staging)  # an interrupted conversion's, or a planted link, removed
         subprocess.run(
             [
                 sys.executable,

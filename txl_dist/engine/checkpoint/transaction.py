@@ -60,6 +60,7 @@ from txl_dist.engine.checkpoint.state import (
 )
 from txl_dist.engine.checkpoint.writes import write_files
 from txl_dist.engine.memory import MemoryBank
+from txl_dist.files import new_directory, own_directory, remove
 from txl_dist.process.preflight import DiskRoom
 
 # DeepSpeed's ds_to_universal refuses checkpoints whose client state lacks this.
@@ -156,14 +157,16 @@ class SaveTransaction:
     # ---- the phases ----
 
     def _prepare(self) -> None:
-        """Rank 0 makes room for this save: a failed save of the same step left its directory."""
+        """Rank 0 makes the partial directory anew, ours: what held the name (a failed save of
+        the same step, a planted link) is removed, not followed."""
         if dist.get_rank() == 0:
             os.makedirs(self.directory, exist_ok=True)
-            shutil.rmtree(self.staging, ignore_errors=True)
+            new_directory(self.staging)
 
     def _write(self) -> dict[str, dict[str, Any]]:
         """This rank's DeepSpeed files and memories, into the partial directory; returns the
         record of the files written from memory (rank 0's tokenizer.json)."""
+        own_directory(self.staging)
         with serializing(self.engine, deferred=False):
             self._save_deepspeed()
         save_to(self._memories(), self._memories_path())
@@ -171,6 +174,7 @@ class SaveTransaction:
 
     def _write_snapshot(self) -> dict[str, dict[str, Any]]:
         """This rank's snapshot, into the partial directory; returns the record of its files."""
+        own_directory(self.staging)
         snapshot, self.snapshot = self.snapshot, {}
         return self._named(write_files(snapshot))
 
@@ -244,7 +248,7 @@ class SaveTransaction:
         # Nothing from here on needs space. A checkpoint of this step saved before (the run
         # was resumed from an earlier one) is replaced, and so is its conversion.
         for stale in (final, final + UNIVERSAL):
-            shutil.rmtree(stale, ignore_errors=True)
+            remove(stale)  # a planted link as itself
         os.replace(self.staging, final)
         os.replace(self.latest_staging, os.path.join(self.directory, LATEST))
         fsync(self.directory)

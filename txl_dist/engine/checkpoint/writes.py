@@ -1,6 +1,6 @@
 """A save's files written to last, with the record of what was written: a snapshot's straight
 from host memory with direct I/O, every file fsynced, sizes and CRC-32s from the bytes in memory
-(nothing read back)."""
+(nothing read back). Each is created anew, never through a link (txl_dist/files.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import numpy as np
 
 from txl_dist.engine.checkpoint.arena import HostFile
 from txl_dist.engine.checkpoint.integrity import record_of
+from txl_dist.files import NEW_FILE
 
 O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux's; elsewhere every file goes through the page cache
 
@@ -33,11 +34,11 @@ def write_files(files: Mapping[str, bytes | HostFile]) -> dict[str, dict[str, An
 def _written_directly(path: str, host: HostFile) -> bool:
     """Write `host` to `path` with direct I/O: the page cache's fresh pages would cost the CPU
     more than the copy, time a background write takes from training. False where the
-    filesystem refuses it (the file is then to be written again)."""
+    filesystem refuses it (the file it began is removed, to be written again)."""
     if not O_DIRECT:
         return False
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_DIRECT, 0o666)
+        fd = os.open(path, NEW_FILE | O_DIRECT, 0o666)
     except OSError as err:
         if err.errno == errno.EINVAL:
             return False
@@ -50,6 +51,7 @@ def _written_directly(path: str, host: HostFile) -> bool:
     except OSError as err:
         if err.errno != errno.EINVAL:  # a filesystem that takes the flag, not the alignment
             raise
+        os.unlink(path)
         return False
     finally:
         os.close(fd)
@@ -63,7 +65,7 @@ def _write_all(fd: int, data: np.ndarray) -> None:
 
 
 def _write_buffered(path: str, chunks: list[Any]) -> None:
-    with open(path, "wb") as f:
+    with os.fdopen(os.open(path, NEW_FILE, 0o666), "wb") as f:
         for chunk in chunks:
             f.write(chunk)  # releases the GIL
         f.flush()

@@ -1,0 +1,84 @@
+"""Harness task files are code: from elsewhere, a `!function` is refused and templates render in
+Jinja's sandbox unless --trust-task-code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.harness.conftest import ROLLING, write_task
+from txl_dist.cli import USAGE_ERROR
+from txl_dist.cli.evaluate import main
+
+DOCS = [{"text": "the cat sat on the mat\n"}, {"text": "a dog sat on a log\n"}]
+# utils.py beside a task file: importing it, or calling what it holds, leaves a marker.
+UTILS = """\
+from pathlib import Path
+Path(__file__).with_name("imported").touch()
+
+def process_docs(dataset):
+    Path(__file__).with_name("called").touch()
+    return dataset
+
+def doc_to_text(doc):
+    Path(__file__).with_name("called").touch()
+    return ""
+
+def metric(items):
+    Path(__file__).with_name("called").touch()
+    return 0.0
+"""
+FUNCTIONS = {
+    "process_docs": "process_docs: !function utils.process_docs\n" + ROLLING,
+    "doc_to_text": ROLLING.replace('doc_to_text: ""', "doc_to_text: !function utils.doc_to_text"),
+    "an aggregation": ROLLING + "  - metric: mine\n    aggregation: !function utils.metric\n",
+}
+# Templates that reach a shell outside the sandbox: each would touch MARKER.
+TEMPLATES = {
+    "cycler": "{{ cycler.__init__.__globals__.os.system('touch MARKER') }}",
+    "joiner": "{{ joiner.__init__.__globals__.os.system('touch MARKER') }}",
+    "lipsum": "{{ lipsum.__globals__['os'].popen('touch MARKER').read() }}",
+    "a class's subclasses": "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+}
+
+
+def txl_eval(model_dir: Path, tasks: Path, name: str, *flags: str) -> int:
+    argv = ["--model", str(model_dir), "--tasks", name, "--include-path", str(tasks)]
+    return main([*argv, "--limit", "1", "--device", "cpu", *flags])
+
+
+def one_line(capsys) -> str:
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith("txl-eval: error: "), error
+    return error
+
+
+@pytest.mark.parametrize("where", FUNCTIONS)
+def test_a_function_of_a_task_file_runs_only_when_trusted(
+    capsys, offline_harness, model_dir, tmp_path, where
+):
+    write_task(tmp_path, "coded", DOCS, FUNCTIONS[where])
+    (tmp_path / "utils.py").write_text(UTILS)
+    assert txl_eval(model_dir, tmp_path, "coded") == USAGE_ERROR
+    error = one_line(capsys)
+    assert "asks for `!function utils." in error and "--trust-task-code runs it" in error
+    assert not (tmp_path / "imported").exists() and not (tmp_path / "called").exists()
+    if where == "process_docs":  # the way out it names
+        assert txl_eval(model_dir, tmp_path, "coded", "--trust-task-code") == 0
+        assert (tmp_path / "called").exists()
+
+
+@pytest.mark.parametrize("payload", TEMPLATES)
+def test_a_template_reaching_for_code_is_refused_unless_trusted(
+    capsys, offline_harness, model_dir, tmp_path, monkeypatch, payload
+):
+    monkeypatch.chdir(tmp_path)
+    template = ROLLING.replace('doc_to_text: ""', f'doc_to_text: "{TEMPLATES[payload]}"')
+    write_task(tmp_path, "templated", DOCS, template)
+    assert txl_eval(model_dir, tmp_path, "templated") == USAGE_ERROR
+    assert "--trust-task-code renders it" in one_line(capsys)
+    assert not (tmp_path / "MARKER").exists()
+    if payload == "cycler":  # trusted, it runs as the harness alone would run it
+        txl_eval(model_dir, tmp_path, "templated", "--trust-task-code")
+        assert (tmp_path / "MARKER").exists()
