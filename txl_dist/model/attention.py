@@ -78,19 +78,28 @@ def position_bias(query: Tensor, r_key: Tensor, mask: Tensor, scale: float) -> T
     """Terms (b)+(d), scaled, realigned and masked: [B, H, Q, K] in query's dtype.
 
     query [B, H, Q, D] (already q + v), r_key [H, D, K], mask [Q, K] (attention_bias, in
-    query's dtype). One batched product per head with the batch folded into its rows
-    ([H, B*Q, D] @ [H, D, W]): no copy of r_key per row, and its gradient is one product, not a
-    sum over the batch. The product's rows have a zero slot in front of the keys (what the shift
-    needs) and zero slots after them up to an aligned width W; the scale goes on the query
-    ([B, H, Q, D], K/D times smaller than the scores). `ShiftedBias` then realigns and masks in
-    one pass over [B, H, Q, K].
+    query's dtype): `position_product`, which `ShiftedBias` then realigns and masks in one pass
+    over [B, H, Q, K].
+    """
+    return ShiftedBias.apply(position_product(query, r_key, scale), mask)
+
+
+def position_product(query: Tensor, r_key: Tensor, scale: float) -> Tensor:
+    """Terms (b)+(d) before the shift: [H, B, Q, W], column 1 + p pairing query i with relative
+    slot p (distance K-1-p), column 0 and the columns after K zero.
+
+    One batched product per head with the batch folded into its rows ([H, B*Q, D] @ [H, D, W]):
+    no copy of r_key per row, and its gradient is one product, not a sum over the batch. The
+    zero slot in front of the keys is what the shift needs; the zero slots after them pad the
+    rows to an aligned width W. The scale goes on the query ([B, H, Q, D], K/D times smaller
+    than the scores).
     """
     b, h, q_len, d = query.shape
     k_len = r_key.size(-1)
     width = -(-(k_len + 1) // POSITION_ROW_MULTIPLE) * POSITION_ROW_MULTIPLE
     folded = (query * scale).transpose(0, 1).reshape(h, b * q_len, d)
     padded = torch.bmm(folded, F.pad(r_key, (1, width - k_len - 1)))  # [H, B*Q, W]
-    return ShiftedBias.apply(padded.view(h, b, q_len, width), mask)
+    return padded.view(h, b, q_len, width)
 
 
 def rel_shift(padded: Tensor, k_len: int) -> Tensor:
