@@ -5,13 +5,17 @@ the same mask in the backward as in the forward."""
 import pytest
 import torch
 
+from txl_dist.model import TXLConfig, attention
 from txl_dist.model import rel_attention_kernel as kernel
 from txl_dist.model.attention import (
+    RelMultiHeadAttention,
     attend,
     attention_bias,
     attention_mask,
     position_bias,
     position_product,
+    relative_distances,
+    sinusoid_encoding,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -155,3 +159,39 @@ def test_backward_drops_out_with_the_forwards_mask():
     want = forward_and_grads(explicit, inputs, grad, mask, scale)
     for name, mine, theirs in zip(("out", "q", "k", "v", "r_key", "u", "v bias"), got, want):
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_switch_runs_the_layer_through_the_kernel_with_the_same_result(monkeypatch):
+    """RelMultiHeadAttention with FUSED_KERNEL on (the CPU let in as a fused device) against
+    off: output and every parameter's gradient, through the layer's transposed head views."""
+    torch.manual_seed(0)
+    config = TXLConfig(n_head=2, d_model=24, d_head=16, d_inner=32, mem_len=5, dropout=0.0)
+    layer = RelMultiHeadAttention(config).eval()
+    h, mem = torch.randn(2, 9, 24), torch.randn(2, 7, 24)
+    u, v = (torch.randn(2, 16, requires_grad=True) for _ in range(2))
+    pos_enc = sinusoid_encoding(relative_distances(16, -1, h.device), 24)
+    mask = attention_bias(9, 7, config.mem_len, True, h.device)
+    grad = torch.randn(2, 9, 24)
+    calls = []
+    monkeypatch.setattr(kernel.RelAttention, "apply", spy(kernel.RelAttention.apply, calls))
+    results = []
+    for fused_on in (False, True):
+        monkeypatch.setattr(attention, "FUSED_KERNEL", fused_on)
+        monkeypatch.setattr(attention, "FUSED_DEVICES", {"cpu"})
+        params = [*layer.parameters(), u, v]
+        for p in params:
+            p.grad = None
+        out = layer(h, mem, pos_enc, u, v, mask)
+        out.backward(grad)
+        results.append([out.detach(), *(p.grad for p in params)])
+    assert len(calls) == 1
+    for mine, theirs in zip(*results):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+
+
+def spy(fn, calls):
+    def wrapped(*args):
+        calls.append(args)
+        return fn(*args)
+
+    return wrapped

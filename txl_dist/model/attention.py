@@ -8,7 +8,9 @@ D head size. The score of query i and key j is, with R the sinusoid of the dista
 (a)+(c) is one product of (q + u) with the keys, computed by `attend`; (b)+(d) is the scaled
 (q + v) against the projected relative encodings, realigned by `rel_shift` and passed to `attend`
 as the additive bias together with the causal / same-length mask (`attention_bias`): one pass
-over [B, H, Q, K] after the product (`position_bias`).
+over [B, H, Q, K] after the product (`position_bias`). With FUSED_KERNEL, on a GPU,
+`rel_attention_kernel` computes all four terms, softmax and values in one kernel per pass,
+reading the unshifted product (`position_product`) by index (`attention_core` chooses).
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ def attention_bias(
     allowed = attention_mask(q_len, m_len, mem_len, same_length, device)
     return torch.zeros(allowed.shape, device=device, dtype=dtype).masked_fill(~allowed, -math.inf)
 
+
+# The attention core as one fused Triton kernel per pass (rel_attention_kernel.py) instead of
+# position_bias + attend, on the FUSED_DEVICES only: off until a GPU measures it faster.
+FUSED_KERNEL = False
+FUSED_DEVICES = {"cuda"}
 
 # Rows of the position product in 16-byte multiples (8 bf16 / fp16 values): at K + 1 columns
 # cuBLAS falls back to its unaligned kernels, about a tenth of the aligned speed on an H100.
@@ -171,6 +178,33 @@ def attend(
     return torch.bmm(probs, value.reshape(b * h, k_len, -1)).view(b, h, q_len, -1)
 
 
+def attention_core(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    r_key: Tensor,
+    r_w_bias: Tensor,
+    r_r_bias: Tensor,
+    mask: Tensor,
+    scale: float,
+    dropatt: float,
+) -> Tensor:
+    """All four terms, softmax, dropout and values -> [B, H, Q, D]: query [B, H, Q, D], key and
+    value [B, H, K, D], r_key [H, D, K], u and v [H, D], mask [Q, K] (attention_bias, in
+    query's dtype). The fused kernel where switched on (FUSED_KERNEL), else position_bias,
+    then attend with it.
+    """
+    if FUSED_KERNEL and query.device.type in FUSED_DEVICES:
+        from txl_dist.model.rel_attention_kernel import rel_attention  # imports triton
+
+        table = position_product(query + r_r_bias[:, None], r_key, scale)
+        return rel_attention(query + r_w_bias[:, None], key, value, table, mask, scale, dropatt)
+    # Terms (b)+(d): [B, H, Q, D] @ [H, D, K] -> [B, H, Q, K], realigned by distance, masked.
+    bias = position_bias(query + r_r_bias[:, None], r_key, mask, scale)
+    # Terms (a)+(c): softmax((q + u) k^T * scale + bias) @ v -> [B, H, Q, D]
+    return attend(query + r_w_bias[:, None], key, value, bias.to(value.dtype), scale, dropatt)
+
+
 class RelMultiHeadAttention(nn.Module):
     """Multi-head attention with relative positions over [memory; segment], plus residual and LN."""
 
@@ -218,13 +252,9 @@ class RelMultiHeadAttention(nn.Module):
         )
         r_key = F.linear(pos_enc, w_r).view(k_len, self.n_head, d_head).permute(1, 2, 0)  # [H,D,K]
 
-        # Terms (b)+(d): [B, H, Q, D] @ [H, D, K] -> [B, H, Q, K], realigned by distance, masked.
-        bias = position_bias(query + r_r_bias[:, None], r_key, mask.to(query.dtype), self.scale)
-
-        # Terms (a)+(c): softmax((q + u) k^T * scale + bias) @ v -> [B, H, Q, D]
         dropatt = self.dropatt if self.training else 0.0
-        attended = attend(
-            query + r_w_bias[:, None], key, value, bias.to(value.dtype), self.scale, dropatt
+        attended = attention_core(
+            query, key, value, r_key, r_w_bias, r_r_bias, mask.to(query.dtype), self.scale, dropatt
         )
         out = F.linear(attended.transpose(1, 2).reshape(b, q_len, inner), w_o)  # [B, Q, W]
         out = self.drop(out)
