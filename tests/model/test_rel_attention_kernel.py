@@ -2,9 +2,14 @@
 attend, output and every gradient; its dropout keeps 1 - p of the probabilities, unbiased, with
 the same mask in the backward as in the forward."""
 
+import os
+import sys
+
 import pytest
 import torch
 
+from tests import processes
+from tests.conftest import REPO_ROOT
 from txl_dist.model import TXLConfig, attention
 from txl_dist.model import rel_attention_kernel as kernel
 from txl_dist.model.attention import (
@@ -159,6 +164,42 @@ def test_backward_drops_out_with_the_forwards_mask():
     want = forward_and_grads(explicit, inputs, grad, mask, scale)
     for name, mine, theirs in zip(("out", "q", "k", "v", "r_key", "u", "v bias"), got, want):
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_kernels_compile_for_a_hopper_gpu(tmp_path):
+    """What only a compiler refuses (a global that is not a constexpr, mismatched types), found
+    without a GPU: the kernels as a bf16 step with dropout launches them, compiled for sm_90
+    down to the binary by triton's own ptxas, in a process of its own (in this one triton runs
+    interpreted)."""
+    script = f"from {__name__} import compile_for_hopper; compile_for_hopper()"
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path)}
+    processes.run([sys.executable, "-c", script], 300, check=True, cwd=REPO_ROOT, env=env)
+
+
+def compile_for_hopper():
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    meta = kernel._meta(torch.empty(1, 1, 1, 64, dtype=torch.bfloat16), 0.2)
+    options = {"num_warps": meta.pop("num_warps")}
+    for fn in (kernel._forward, kernel._backward_key_value, kernel._backward_query):
+        signature = {param.name: argument_type(param) for param in fn.params}
+        source = ASTSource(fn, signature, constexprs=meta)
+        binary = kernel.triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+        assert binary.asm["cubin"]
+
+
+def argument_type(param) -> str:
+    """A kernel argument's type in a bf16 step: lower-case names and the lengths are int32
+    (strides, sizes), the scalars float32, the rest pointers."""
+    special = {"scale": "fp32", "p_drop": "fp32", "Seed": "*i64", "Lse": "*fp32", "Delta": "*fp32"}
+    if param.is_constexpr:
+        return "constexpr"
+    if param.name in special:
+        return special[param.name]
+    if param.name[0].islower() or param.name in ("H", "Q_LEN", "K_LEN", "D"):
+        return "i32"
+    return "*bf16"
 
 
 def test_switch_runs_the_layer_through_the_kernel_with_the_same_result(monkeypatch):

@@ -42,12 +42,12 @@ try:
 except ImportError:  # the model needs no triton; only this kernel does
     triton = tl = None
 
+# Tiles of BLOCK_M queries x BLOCK_N keys, NUM_WARPS warps a program: the largest that compile
+# for a Hopper GPU without spilling registers in bf16 with dropout (ptxas's report; 64 x 64
+# spills in both backward kernels). Not timed yet: a GPU measurement chooses (docs/gpus.md).
 BLOCK_M = 64
-"""Query rows per tile."""
-BLOCK_N = 64
-"""Key rows per tile. Both untuned: the first GPU measurement chooses (docs/gpus.md)."""
-
-LOG2E = 1.4426950408889634
+BLOCK_N = 32
+NUM_WARPS = 8
 
 
 def _jit(fn):
@@ -93,11 +93,9 @@ class RelAttention(torch.autograd.Function):
             if dropatt
             else query.new_zeros(1, dtype=torch.int64)
         )
-        grid = (triton.cdiv(q_len, BLOCK_M), b * h)
-        _forward[grid](
+        _forward[(triton.cdiv(q_len, BLOCK_M), b * h)](
             *_common(query, key, value, table, mask, seed, scale, dropatt),
-            *_rows(out), out, lse,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, **_meta(query, dropatt),
+            *_rows(out), out, lse, **_meta(query, dropatt),
         )  # fmt: skip
         ctx.save_for_backward(query, key, value, table, mask, seed, out, lse)
         ctx.scale, ctx.dropatt = scale, dropatt
@@ -115,12 +113,10 @@ class RelAttention(torch.autograd.Function):
         d_query, d_key, d_value = (t.new_empty(t.shape) for t in (query, key, value))
         d_table = torch.zeros_like(table)  # slots no query reads keep a zero gradient
         _backward_key_value[(triton.cdiv(k_len, BLOCK_N), b * h)](
-            *common, *_rows(grad), grad, lse, delta, *_rows(d_key), d_key, d_value,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, **meta,
+            *common, *_rows(grad), grad, lse, delta, *_rows(d_key), d_key, d_value, **meta,
         )  # fmt: skip
         _backward_query[(triton.cdiv(q_len, BLOCK_M), b * h)](
-            *common, *_rows(grad), grad, lse, delta, *_rows(d_query), d_query, d_table,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, **meta,
+            *common, *_rows(grad), grad, lse, delta, *_rows(d_query), d_query, d_table, **meta,
         )  # fmt: skip
         return d_query, d_key, d_value, d_table, None, None, None
 
@@ -148,12 +144,16 @@ def _common(query, key, value, table, mask, seed, scale, dropatt) -> tuple:
 
 
 def _meta(query: Tensor, dropatt: float) -> dict:
-    """Compile-time arguments: the head's block (a power of two >= 16, as tl.dot needs), whether
-    to drop out, and the products' precision: IEEE for float32 (torch's default: no TF32)."""
+    """Compile-time arguments: the tiles, the head's block (a power of two >= 16, as tl.dot
+    needs), whether to drop out, and the products' precision: IEEE for float32 (torch's
+    default: no TF32)."""
     return dict(
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        num_warps=NUM_WARPS,
         BLOCK_D=max(16, triton.next_power_of_2(query.size(-1))),
         DROPOUT=dropatt > 0,
-        DOT=("ieee" if query.dtype == torch.float32 else "tf32"),
+        DOT="ieee" if query.dtype == torch.float32 else "tf32",
     )
 
 
@@ -311,7 +311,7 @@ def _scores(q, k, table, Mask, smq, rows, cols, Q_LEN, K_LEN, scale, DOT: tl.con
     position = tl.load(table + column, mask=visible, other=0.0).to(tl.float32)
     mask = tl.load(Mask + rows[:, None] * smq + cols[None, :], mask=visible, other=-float("inf"))
     content = tl.dot(q, tl.trans(k), input_precision=DOT)
-    return (content * scale + position + mask.to(tl.float32)) * LOG2E
+    return (content * scale + position + mask.to(tl.float32)) * 1.4426950408889634  # log2(e)
 
 
 @_jit
