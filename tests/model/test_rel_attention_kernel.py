@@ -113,6 +113,14 @@ DROP = 0.2
 DROP_SHAPE = dict(b=2, h=4, q_len=24, m_len=24, d=48)  # value = identity: d = K
 
 
+@pytest.fixture
+def wide_blocks(monkeypatch):
+    """Tiles of 32: the dropout tests' statistics want more elements, the interpreter fewer
+    tiles (its cost is per tile, not per element)."""
+    monkeypatch.setattr(kernel, "BLOCK_M", 32)
+    monkeypatch.setattr(kernel, "BLOCK_N", 32)
+
+
 def dropout_inputs():
     """Inputs whose value is the identity, so the output is the (dropped out) probabilities."""
     torch.manual_seed(0)
@@ -121,7 +129,7 @@ def dropout_inputs():
     return inputs, attention_bias(24, 24, 24, False, "cpu"), 48**-0.5
 
 
-def test_dropout_keeps_one_minus_p_scaled_to_stay_unbiased():
+def test_dropout_keeps_one_minus_p_scaled_to_stay_unbiased(wide_blocks):
     inputs, mask, scale = dropout_inputs()
     probs = fused(inputs, mask, scale)
     dropped = fused(inputs, mask, scale, DROP)
@@ -143,7 +151,7 @@ def test_dropout_keeps_one_minus_p_scaled_to_stay_unbiased():
     torch.testing.assert_close(fused(inputs, mask, scale, DROP), again, rtol=0, atol=0)
 
 
-def test_backward_drops_out_with_the_forwards_mask():
+def test_backward_drops_out_with_the_forwards_mask(wide_blocks):
     """The mask read off one call (value = identity) is the mask of the next call on the same
     seed; with it, output and gradients equal the explicit computation's."""
     identity, mask, scale = dropout_inputs()
