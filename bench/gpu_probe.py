@@ -4,8 +4,8 @@
 
 - attention at `large`'s shapes: today's path (position table + SDPA memory-efficient), the
   cuDNN backend with a bias that needs a gradient, FlexAttention reading the unshifted table
-  (dropatt 0), each against today's gradients, and FlashAttention without the position term
-  over the segment alone (a floor, not exact).
+  (dropatt 0), our fused Triton kernel (dropatt 0), each against today's gradients, and
+  FlashAttention without the position term over the segment alone (a floor, not exact).
 - gemm: `wt103_base`'s unaligned widths against the zero-padded ones, and with only d_model
   unaligned.
 Writes OUT/gpu_probe.json (OUT: --out, else $OUT, else runs/gpu_probe).
@@ -28,7 +28,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.gpu_check import time_steps  # noqa: E402
-from txl_dist.model.attention import attention_bias, position_bias  # noqa: E402
+from txl_dist.model.attention import (  # noqa: E402
+    attention_bias,
+    position_bias,
+    position_product,
+)
+from txl_dist.model.rel_attention_kernel import rel_attention  # noqa: E402
 
 RESULTS: dict = {}
 SMOKE = os.environ.get("PROBE_SMOKE") == "1"  # tiny shapes on a CPU, to check the script runs
@@ -82,6 +87,16 @@ def attention(device) -> None:
 
         return run
 
+    def fused():
+        def run():
+            qq, kk, vv, rk, u, v = leaves
+            table = position_product(qq + v[:, None], rk, scale)
+            out = rel_attention(qq + u[:, None], kk, vv, table, mask, scale, 0.0)
+            out.float().sum().backward()
+            return out
+
+        return run
+
     def flash_floor():
         def run():
             qq, kk, vv, rk, u, v = leaves
@@ -109,6 +124,7 @@ def attention(device) -> None:
         "cudnn, bias with grad": today(SDPBackend.CUDNN_ATTENTION),
         "cudnn, bias with grad, dropatt 0.2": today(SDPBackend.CUDNN_ATTENTION, p=0.2),
         "flex, clamped unshifted table": flex(),
+        "triton fused kernel (ours), dropatt 0": fused(),
         "flash, causal Q x Q only (a floor, not exact)": flash_floor(),
     }
     for label, run in cases.items():

@@ -15,4 +15,5 @@ def test_every_probe_reports_a_time_or_why_not(monkeypatch):
     today = results["attention mem-eff (today), dropatt 0"]
     assert today["ms"] > 0 and today["grad_cos_min"] > 0.9999
     assert "backward on CPU" in results["attention flex, clamped unshifted table"]["error"]
+    assert results["attention triton fused kernel (ours), dropatt 0"]["grad_cos_min"] > 0.9999
     assert all("ms" in r or "error" in r for k, r in results.items() if k.startswith("attention"))

@@ -3,12 +3,13 @@
 import pytest
 import torch
 
-from txl_dist.model import TXLConfig
+from txl_dist.model import TXLConfig, attention, rel_attention_kernel
 from txl_dist.model.attention import (
     RelMultiHeadAttention,
     ShiftedBias,
     attend,
     attention_bias,
+    attention_core,
     attention_mask,
     position_bias,
     rel_shift,
@@ -166,3 +167,32 @@ def test_attention_dropout_drops_probabilities_and_scales_the_rest():
     dropped = attend(query, key, identity, bias, scale, 0.5)
     assert ((dropped == 0) & (probs > 0)).any()
     torch.testing.assert_close(dropped[dropped != 0], probs[dropped != 0] * 2)
+
+
+def test_fused_kernel_is_taken_only_when_switched_on_and_on_its_devices(monkeypatch):
+    """The CPU is no fused device: with FUSED_KERNEL on, today's path; let in, the kernel
+    (tests/model/test_rel_attention_kernel.py checks what it computes)."""
+
+    def kernel(*args):
+        raise NotImplementedError("the fused kernel")
+
+    monkeypatch.setattr(rel_attention_kernel, "rel_attention", kernel)
+    (query, key, value, _), scale = attention_inputs()
+    r_key, u, v = torch.randn(3, 8, 11), torch.randn(3, 8), torch.randn(3, 8)
+    mask = attention_bias(6, 5, 4, True, "cpu")
+    want = attend(
+        query + u[:, None],
+        key,
+        value,
+        position_bias(query + v[:, None], r_key, mask, scale),
+        scale,
+        0.0,
+    )
+    for switch, devices in ((False, {"cpu"}), (True, {"cuda"})):
+        monkeypatch.setattr(attention, "FUSED_KERNEL", switch)
+        monkeypatch.setattr(attention, "FUSED_DEVICES", devices)
+        got = attention_core(query, key, value, r_key, u, v, mask, scale, 0.0)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    monkeypatch.setattr(attention, "FUSED_DEVICES", {"cpu"})
+    with pytest.raises(NotImplementedError, match="fused kernel"):
+        attention_core(query, key, value, r_key, u, v, mask, scale, 0.0)

@@ -8,7 +8,9 @@ D head size. The score of query i and key j is, with R the sinusoid of the dista
 (a)+(c) is one product of (q + u) with the keys, computed by `attend`; (b)+(d) is the scaled
 (q + v) against the projected relative encodings, realigned by `rel_shift` and passed to `attend`
 as the additive bias together with the causal / same-length mask (`attention_bias`): one pass
-over [B, H, Q, K] after the product (`position_bias`).
+over [B, H, Q, K] after the product (`position_bias`). With FUSED_KERNEL, on a GPU,
+`rel_attention_kernel` computes all four terms, softmax and values in one kernel per pass,
+reading the unshifted product (`position_product`) by index (`attention_core` chooses).
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ def attention_bias(
     return torch.zeros(allowed.shape, device=device, dtype=dtype).masked_fill(~allowed, -math.inf)
 
 
+# The attention core as one fused Triton kernel per pass (rel_attention_kernel.py) instead of
+# position_bias + attend, on the FUSED_DEVICES only: off until a GPU measures it faster.
+FUSED_KERNEL = False
+FUSED_DEVICES = {"cuda"}
+
 # Rows of the position product in 16-byte multiples (8 bf16 / fp16 values): at K + 1 columns
 # cuBLAS falls back to its unaligned kernels, about a tenth of the aligned speed on an H100.
 POSITION_ROW_MULTIPLE = 8
@@ -78,19 +85,28 @@ def position_bias(query: Tensor, r_key: Tensor, mask: Tensor, scale: float) -> T
     """Terms (b)+(d), scaled, realigned and masked: [B, H, Q, K] in query's dtype.
 
     query [B, H, Q, D] (already q + v), r_key [H, D, K], mask [Q, K] (attention_bias, in
-    query's dtype). One batched product per head with the batch folded into its rows
-    ([H, B*Q, D] @ [H, D, W]): no copy of r_key per row, and its gradient is one product, not a
-    sum over the batch. The product's rows have a zero slot in front of the keys (what the shift
-    needs) and zero slots after them up to an aligned width W; the scale goes on the query
-    ([B, H, Q, D], K/D times smaller than the scores). `ShiftedBias` then realigns and masks in
-    one pass over [B, H, Q, K].
+    query's dtype): `position_product`, which `ShiftedBias` then realigns and masks in one pass
+    over [B, H, Q, K].
+    """
+    return ShiftedBias.apply(position_product(query, r_key, scale), mask)
+
+
+def position_product(query: Tensor, r_key: Tensor, scale: float) -> Tensor:
+    """Terms (b)+(d) before the shift: [H, B, Q, W], column 1 + p pairing query i with relative
+    slot p (distance K-1-p), column 0 and the columns after K zero.
+
+    One batched product per head with the batch folded into its rows ([H, B*Q, D] @ [H, D, W]):
+    no copy of r_key per row, and its gradient is one product, not a sum over the batch. The
+    zero slot in front of the keys is what the shift needs; the zero slots after them pad the
+    rows to an aligned width W. The scale goes on the query ([B, H, Q, D], K/D times smaller
+    than the scores).
     """
     b, h, q_len, d = query.shape
     k_len = r_key.size(-1)
     width = -(-(k_len + 1) // POSITION_ROW_MULTIPLE) * POSITION_ROW_MULTIPLE
     folded = (query * scale).transpose(0, 1).reshape(h, b * q_len, d)
     padded = torch.bmm(folded, F.pad(r_key, (1, width - k_len - 1)))  # [H, B*Q, W]
-    return ShiftedBias.apply(padded.view(h, b, q_len, width), mask)
+    return padded.view(h, b, q_len, width)
 
 
 def rel_shift(padded: Tensor, k_len: int) -> Tensor:
@@ -162,6 +178,33 @@ def attend(
     return torch.bmm(probs, value.reshape(b * h, k_len, -1)).view(b, h, q_len, -1)
 
 
+def attention_core(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    r_key: Tensor,
+    r_w_bias: Tensor,
+    r_r_bias: Tensor,
+    mask: Tensor,
+    scale: float,
+    dropatt: float,
+) -> Tensor:
+    """All four terms, softmax, dropout and values -> [B, H, Q, D]: query [B, H, Q, D], key and
+    value [B, H, K, D], r_key [H, D, K], u and v [H, D], mask [Q, K] (attention_bias, in
+    query's dtype). The fused kernel where switched on (FUSED_KERNEL), else position_bias,
+    then attend with it.
+    """
+    if FUSED_KERNEL and query.device.type in FUSED_DEVICES:
+        from txl_dist.model.rel_attention_kernel import rel_attention  # imports triton
+
+        table = position_product(query + r_r_bias[:, None], r_key, scale)
+        return rel_attention(query + r_w_bias[:, None], key, value, table, mask, scale, dropatt)
+    # Terms (b)+(d): [B, H, Q, D] @ [H, D, K] -> [B, H, Q, K], realigned by distance, masked.
+    bias = position_bias(query + r_r_bias[:, None], r_key, mask, scale)
+    # Terms (a)+(c): softmax((q + u) k^T * scale + bias) @ v -> [B, H, Q, D]
+    return attend(query + r_w_bias[:, None], key, value, bias.to(value.dtype), scale, dropatt)
+
+
 class RelMultiHeadAttention(nn.Module):
     """Multi-head attention with relative positions over [memory; segment], plus residual and LN."""
 
@@ -209,13 +252,9 @@ class RelMultiHeadAttention(nn.Module):
         )
         r_key = F.linear(pos_enc, w_r).view(k_len, self.n_head, d_head).permute(1, 2, 0)  # [H,D,K]
 
-        # Terms (b)+(d): [B, H, Q, D] @ [H, D, K] -> [B, H, Q, K], realigned by distance, masked.
-        bias = position_bias(query + r_r_bias[:, None], r_key, mask.to(query.dtype), self.scale)
-
-        # Terms (a)+(c): softmax((q + u) k^T * scale + bias) @ v -> [B, H, Q, D]
         dropatt = self.dropatt if self.training else 0.0
-        attended = attend(
-            query + r_w_bias[:, None], key, value, bias.to(value.dtype), self.scale, dropatt
+        attended = attention_core(
+            query, key, value, r_key, r_w_bias, r_r_bias, mask.to(query.dtype), self.scale, dropatt
         )
         out = F.linear(attended.transpose(1, 2).reshape(b, q_len, inner), w_o)  # [B, Q, W]
         out = self.drop(out)
