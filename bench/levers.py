@@ -36,7 +36,7 @@ class Lever:
     """Builds a training step with the lever off or on."""
 
 
-def _constant_lever(module, name: str, on_value: int, off_value: int) -> StepFactory:
+def _constant_lever(module, name: str, on_value, off_value) -> StepFactory:
     """A lever that is a constant of one of the model's modules, read at every forward."""
 
     def factory(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
@@ -90,6 +90,11 @@ LEVERS = (
         "d_model and d_inner padded to aligned widths",
         "txl_dist.model.widths.WIDTH_MULTIPLE (exact, CUDA; 8 pads, 1 = as configured)",
         _constant_lever(widths, "WIDTH_MULTIPLE", 8, 1),
+    ),
+    Lever(
+        "fused relative-attention kernel (Triton)",
+        "txl_dist.model.attention.FUSED_KERNEL (exact up to accumulation order; off by default)",
+        _constant_lever(attention, "FUSED_KERNEL", True, False),
     ),
     Lever(
         "cluster sizes from the host",
