@@ -102,6 +102,15 @@ def test_bad_values_name_the_key(section, key, value, message):
         run_config_from_dict(values)
 
 
+def test_one_overflow_check_at_a_time():
+    values = preset("tiny")
+    values["deepspeed"]["bf16"]["check_grad_overflow"] = True
+    with pytest.raises(ConfigError, match=r"check_grad_overflow=true and train\.norm_overflow"):
+        run_config_from_dict(values)
+    values["train"]["norm_overflow_check"] = False
+    assert run_config_from_dict(values).ds.check_grad_overflow
+
+
 MIX = [{"name": "web", "path": "a", "weight": 0.7}, {"name": "books", "path": "b", "weight": 0.3}]
 
 

@@ -190,6 +190,9 @@ class TrainConfig:
     """Most rows one device runs at once; micro batch and accumulation are derived from it."""
     profile_steps: list[int] | None = None
     """[START, END]: steps traced by torch's profiler into OUT_DIR/profile/ (null: none)."""
+    norm_overflow_check: bool = True
+    """bf16 at ZeRO-1/2: skip updates on a non-finite gradient norm, not DeepSpeed's per-gradient
+    check (docs/training.md)."""
 
     def __post_init__(self) -> None:
         steps = self.profile_steps
@@ -256,6 +259,12 @@ class RunConfig:
     """Console, metrics.jsonl and wandb."""
 
     def __post_init__(self) -> None:
+        if self.train.norm_overflow_check and self.ds.check_grad_overflow:
+            raise ValueError(
+                "deepspeed.bf16.check_grad_overflow=true and train.norm_overflow_check=true both "
+                "check bf16 gradients for overflow; keep one (train.norm_overflow_check checks "
+                "the gradient norm alone and skips the same updates)"
+            )
         if self.train.compile and self.zero_stage == 3:
             raise ValueError(
                 "train.compile does not work with ZeRO stage 3 (its parameter gathers run in "

@@ -20,7 +20,7 @@ from data_pipeline.redact import redact
 from data_pipeline.shards import manifest_url, root_tokenizer
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
-from txl_dist.engine import checkpoint
+from txl_dist.engine import checkpoint, overflow
 from txl_dist.engine.checkpoint import Checkpointer, ResumePoint, RunState
 from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
 from txl_dist.engine.graphs import graph_layers
@@ -120,7 +120,8 @@ def initialize_engine(model: torch.nn.Module, optimizer, scheduler, ds_config: d
     norm over data-parallel ranks, whose gradients are already all-reduced and equal: torch's
     foreach clipping computes the same scale in one pass (a tiny-config step 1.3 ms shorter).
     On one rank its backward would also copy every gradient into a flat buffer, all-reduce it
-    alone and copy it back.
+    alone and copy it back. In bf16 without DeepSpeed's own overflow check, an update whose
+    gradient norm is not finite is skipped (engine.overflow).
 
     DeepSpeed pickles its raw config into every checkpoint it saves (`ds_config`), so once it
     has set up from it (a comet or monitor key included), the engine keeps the redacted copy.
@@ -129,6 +130,7 @@ def initialize_engine(model: torch.nn.Module, optimizer, scheduler, ds_config: d
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
     )
     engine.config = redact(engine.config)
+    overflow.skip_on_nonfinite_norm(engine)
     if engine.optimizer is optimizer:
         engine.clip_fp32_gradients = functools.partial(
             torch.nn.utils.clip_grad_norm_,
@@ -189,6 +191,8 @@ def deepspeed_config(config: RunConfig, plan: RunPlan, load_universal: bool) -> 
         gradient_accumulation_steps=plan.accumulation,
     )
     ds.setdefault("steps_per_print", 10**9)  # we log ourselves
+    if config.train.norm_overflow_check:
+        overflow.deepspeed_section(ds)
     if load_universal:
         ds.setdefault("checkpoint", {})["load_universal"] = True
     return ds
