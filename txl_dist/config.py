@@ -193,6 +193,12 @@ class TrainConfig:
     norm_overflow_check: bool = True
     """bf16 at ZeRO-1/2: skip updates on a non-finite gradient norm, not DeepSpeed's per-gradient
     check (docs/training.md)."""
+    one_rank_stage: int | None = 1
+    """On one rank, the ZeRO stage of a ZeRO-1/2 config: 1 without gradient buckets (the same
+    updates), 0 in fp32 (equal within float rounding); null keeps the config's."""
+    fit_buckets: bool = False
+    """ZeRO-1/2 buckets of the largest gradient's size (at most DeepSpeed's default) where the
+    deepspeed section sets none: less memory, the same sums on one or two ranks."""
 
     def __post_init__(self) -> None:
         steps = self.profile_steps
@@ -265,6 +271,15 @@ class RunConfig:
                 "check bf16 gradients for overflow; keep one (train.norm_overflow_check checks "
                 "the gradient norm alone and skips the same updates)"
             )
+        if self.train.one_rank_stage not in (None, 0, 1):
+            raise ValueError(
+                f"train.one_rank_stage must be 0, 1 or null, got {self.train.one_rank_stage}"
+            )
+        if self.train.one_rank_stage == 0 and self.ds.precision != "fp32":
+            raise ValueError(
+                f"train.one_rank_stage=0 needs fp32: DeepSpeed's ZeRO-0 in {self.ds.precision} "
+                "reads every gradient back to the host at each update; use 1"
+            )
         if self.train.compile and self.zero_stage == 3:
             raise ValueError(
                 "train.compile does not work with ZeRO stage 3 (its parameter gathers run in "
@@ -298,6 +313,21 @@ class RunConfig:
     @property
     def zero_stage(self) -> int:
         return self.ds.zero_stage
+
+    def at_world_size(self, world_size: int) -> RunConfig:
+        """This config as it runs on `world_size` ranks: on one rank, a ZeRO-1/2 deepspeed
+        section takes train.one_rank_stage (at stage 1 without gradient buckets, unless the
+        section asks for them). One rank holds the same model states at every stage (16 bytes a
+        parameter by txl-inspect), so the choice never needs more memory."""
+        stage = self.train.one_rank_stage
+        if world_size != 1 or stage is None or self.zero_stage not in (1, 2):
+            return self
+        section = copy.deepcopy(self.deepspeed)
+        zero = section.setdefault("zero_optimization", {})
+        zero["stage"] = stage
+        if stage == 1:
+            zero.setdefault("contiguous_gradients", False)
+        return dataclasses.replace(self, deepspeed=section)
 
     def plan(self, world_size: int) -> RunPlan:
         """This run on `world_size` ranks (txl_dist.plan), checked: ConfigError names the key."""
