@@ -28,7 +28,8 @@ from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.train import Trainer
-from txl_dist.model import TransformerXL
+from txl_dist.model import TransformerXL, TXLConfig
+from txl_dist.model.accounting import build_on_meta
 from txl_dist.plan import DeepSpeedSection, RunPlan
 from txl_dist.process.dist import World, init_distributed
 from txl_dist.process.signals import StopRequest
@@ -191,11 +192,29 @@ def deepspeed_config(config: RunConfig, plan: RunPlan, load_universal: bool) -> 
         gradient_accumulation_steps=plan.accumulation,
     )
     ds.setdefault("steps_per_print", 10**9)  # we log ourselves
+    # DeepSpeed's throughput timer synchronizes the device at every forward and every step; we
+    # time steps ourselves.
+    ds.setdefault("timers", {}).setdefault("throughput", {}).setdefault("enabled", False)
+    if config.train.fit_buckets and config.zero_stage in (1, 2):
+        zero = ds.setdefault("zero_optimization", {})
+        for key in ("reduce_bucket_size", "allgather_bucket_size"):
+            zero.setdefault(key, fitted_bucket(config.model))
     if config.train.norm_overflow_check:
         overflow.deepspeed_section(ds)
     if load_universal:
         ds.setdefault("checkpoint", {})["load_universal"] = True
     return ds
+
+
+# DeepSpeed's reduce_bucket_size and allgather_bucket_size when a config sets none (elements).
+DEEPSPEED_BUCKET = 500_000_000
+
+
+def fitted_bucket(model: TXLConfig) -> int:
+    """Elements of a bucket that holds the largest gradient whole, at most DeepSpeed's default
+    (a larger gradient is reduced from its own buffer); even, as all-gather buckets must be."""
+    largest = max(p.numel() for p in build_on_meta(model).parameters())
+    return min(largest + largest % 2, DEEPSPEED_BUCKET)
 
 
 def open_streams(
