@@ -180,6 +180,9 @@ class TrainConfig:
     Python; CUDA devices, ZeRO stages 0-2, not with activation checkpointing)."""
     max_wallclock: float | None = None
     """Seconds after the process started at which the run checkpoints and stops by itself."""
+    stop_check_s: float = 0.5
+    """Seconds between the ranks' agreements on a stop (a stop acted on within about twice
+    that); 0: at every step."""
     dist_timeout_s: float = 600.0
     """Seconds a collective waits for the other ranks; bounds the hang after a rank dies."""
     hang_timeout_s: float | None = 300.0
@@ -211,6 +214,8 @@ class TrainConfig:
         for name in ("global_rows", "max_steps", "keep_last", "max_nonfinite_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be at least 1, got {getattr(self, name)}")
+        if self.stop_check_s < 0:
+            raise ValueError(f"train.stop_check_s must be >= 0, got {self.stop_check_s}")
         for name in ("dist_timeout_s", "hang_timeout_s", "checkpoint_timeout_s"):
             value = getattr(self, name)
             if value is not None and value <= 0:  # hang_timeout_s may be null

@@ -93,7 +93,7 @@ def _assemble_trainer(
         streams=streams,
         memory=memory,
         metrics=metrics,
-        stop=StopRequest(config.train.max_wallclock),
+        stop=StopRequest(config.train.max_wallclock, config.train.stop_check_s),
         watchdog=watchdog,
         evaluate_split=SplitEvaluator(engine, config, world, plan, device, watchdog),
         checkpoints=Checkpointer.for_run(
