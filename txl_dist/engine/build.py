@@ -5,6 +5,7 @@ resume, run files and wandb. `build_trainer` hands the parts to a Trainer, which
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import uuid
@@ -44,7 +45,13 @@ def build_trainer(
     device = init_distributed(world, config.train.dist_timeout_s)
     watchdog = Watchdog.for_run(config.train, world.rank, world.world_size)
     with watchdog.phase("start", point.client.step if point else 0):
-        return _assemble_trainer(config, world, device, watchdog, plan, point)
+        trainer = _assemble_trainer(config, world, device, watchdog, plan, point)
+        # Start-up leaves hundreds of thousands of Python objects (torch, DeepSpeed, the data
+        # pipeline), which each full garbage collection during training would walk again, in
+        # the middle of a step: collect once now and exempt the survivors from later ones.
+        gc.collect()
+        gc.freeze()
+    return trainer
 
 
 def _assemble_trainer(
