@@ -121,6 +121,17 @@ end_distributed()
 """
 
 
+def one_process(script: str, settings: list[str]):
+    """What `python -c script SETTINGS` prints after RESULT, as one process of its own (no
+    launcher's rank variables), from the repository root."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT")}
+    proc = processes.run(
+        [sys.executable, "-c", script, *settings], timeout=300, cwd=REPO_ROOT, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.split("RESULT ")[1])
+
+
 def test_one_fp32_zero0_rank_steps_as_plain_torch_and_calls_no_collective():
     """Where DeepSpeed steps our optimizer itself, its clipping is ours (torch's, foreach) and
     one rank reduces nothing: three steps with clipping active equal plain torch's."""
@@ -131,12 +142,7 @@ def test_one_fp32_zero0_rank_steps_as_plain_torch_and_calls_no_collective():
         "deepspeed.zero_optimization.stage=0",
         "deepspeed.bf16.enabled=false",
     ]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT")}
-    proc = processes.run(
-        [sys.executable, "-c", FP32_ZERO0_STEPS, *settings], timeout=300, cwd=REPO_ROOT, env=env
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.split("RESULT ")[1])
+    result = one_process(FP32_ZERO0_STEPS, settings)
     assert min(result["norms"]) > 0.25, result  # every step was clipped
     assert result["diff"] < 1e-6, result
     assert result["collectives"] == [], result
@@ -203,12 +209,7 @@ def test_one_rank_runs_zero2_as_zero1_with_the_same_updates_and_no_device_synchr
         "train.max_micro_rows=2",
         "deepspeed.zero_optimization.contiguous_gradients=true",
     ]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT")}
-    proc = processes.run(
-        [sys.executable, "-c", ONE_RANK_STAGES, *settings], timeout=300, cwd=REPO_ROOT, env=env
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.split("RESULT ")[1])
+    results = one_process(ONE_RANK_STAGES, settings)
     assert list(results) == ["bf16", "fp32"]
     for result in results.values():
         assert result["stages"] == [2, 1] and result["optimizer"] == "DeepSpeedZeroOptimizer"
