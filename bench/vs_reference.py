@@ -1,7 +1,7 @@
 """The tiny config trained by txl-dist and by the reference train.py, side by side in one run.
 
     python bench/vs_reference.py --reference PATH/transformer-xl --data runs/data/wikitext-103 \
-        [--steps 600] [--rounds 1]
+        [--steps 600] [--rounds 1] [--baseline PATH]
 
 PATH/transformer-xl is a checkout of kimiyoung/transformer-xl (never part of this repo). Its
 `pytorch/` directory is copied to a temporary directory with the two fixes its CPU run needs on
@@ -16,6 +16,9 @@ cosine to 0 at --steps), clipping 0.25 and dropout 0.1:
   - `python launch/pretrain.py --config configs/tiny.json`, one process, fp32 ZeRO-0;
   - `deepspeed --num_gpus 2 launch/pretrain.py --config configs/tiny.json` (ZeRO-2 bf16, as
     shipped).
+With --baseline PATH (another txl-dist checkout, e.g. `git archive main | tar -x -C PATH`), its
+1-process run takes turns with the others, for a change's before and after in the same rounds.
+
 Prints tokens/s over all steps after the first log window (start-up and first steps excluded
 for every run alike), the ratio to the reference of the same round and the mean loss of the
 windows ending at 100, 300 and the last step. On a machine shared with other jobs the speed of
@@ -144,8 +147,9 @@ def run_reference(
     return windows
 
 
-def run_ours(data: str, launcher: list[str], settings: list[str], out: Path):
-    """(step, ms per step, loss) of each log window of txl-dist's tiny config."""
+def run_ours(data: str, launcher: list[str], settings: list[str], out: Path, tree: Path = REPO):
+    """(step, ms per step, loss) of each log window of txl-dist's tiny config, as the checkout
+    at `tree` trains it."""
     values = [
         f"data.path={data}",
         f"train.out_dir={out}",
@@ -157,9 +161,12 @@ def run_ours(data: str, launcher: list[str], settings: list[str], out: Path):
         "logging.wandb.mode=disabled",
         *settings,
     ]
-    cmd = [*launcher, str(REPO / "launch/pretrain.py"), "--config", str(REPO / "configs/tiny.json")]
+    cmd = [*launcher, str(tree / "launch/pretrain.py"), "--config", str(tree / "configs/tiny.json")]
     cmd += [arg for value in values for arg in ("--set", value)]
-    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "PYTHONPATH": str(tree)}  # its packages, not the installed checkout's
+    subprocess.run(
+        cmd, check=True, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [(r["step"], 1000 * r["step_time_s"], r["loss"]) for r in rows if "split" not in r]
 
@@ -179,6 +186,7 @@ def main() -> None:
     parser.add_argument("--data", required=True, help="a prepared WikiText-103 root")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--rounds", type=int, default=1, help="repeat all runs, taking turns")
+    parser.add_argument("--baseline", type=Path, help="another checkout: its 1-process run too")
     args = parser.parse_args()
     if args.steps % LOG_INTERVAL or args.steps < 300:
         sys.exit(f"--steps must be a multiple of {LOG_INTERVAL}, at least 300")
@@ -205,6 +213,10 @@ def main() -> None:
                 args.data, deepspeed, steps, out
             ),
         }
+        if args.baseline:
+            runs["baseline python, 1 process, fp32 ZeRO-0"] = lambda out: run_ours(
+                args.data, [sys.executable], steps + fp32, out, args.baseline.resolve()
+            )
         rounds = []
         for r in range(args.rounds):
             # Every other round runs in reverse order, so a slow spell of a shared machine

@@ -102,6 +102,39 @@ def test_bad_values_name_the_key(section, key, value, message):
         run_config_from_dict(values)
 
 
+def test_one_overflow_check_at_a_time():
+    values = preset("tiny")
+    values["deepspeed"]["bf16"]["check_grad_overflow"] = True
+    with pytest.raises(ConfigError, match=r"check_grad_overflow=true and train\.norm_overflow"):
+        run_config_from_dict(values)
+    values["train"]["norm_overflow_check"] = False
+    assert run_config_from_dict(values).ds.check_grad_overflow
+
+
+def test_one_rank_runs_a_zero1_or_2_config_at_train_one_rank_stage():
+    values = preset("wt103_base")  # ZeRO-2 with DeepSpeed's gradient buckets, bf16
+    config = run_config_from_dict(values)
+    assert config.at_world_size(2) is config
+    zero = config.at_world_size(1).deepspeed["zero_optimization"]
+    assert zero == {"stage": 1, "contiguous_gradients": False}
+    values["deepspeed"]["zero_optimization"]["contiguous_gradients"] = True  # asked for: kept
+    zero = run_config_from_dict(values).at_world_size(1).deepspeed["zero_optimization"]
+    assert zero == {"stage": 1, "contiguous_gradients": True}
+    values["deepspeed"]["zero_optimization"]["stage"] = 3  # chosen for its own sake: kept
+    assert run_config_from_dict(values).at_world_size(1).zero_stage == 3
+    values["deepspeed"]["zero_optimization"]["stage"] = 2
+    values["train"]["one_rank_stage"] = None
+    assert run_config_from_dict(values).at_world_size(1).zero_stage == 2
+    values["train"]["one_rank_stage"] = 0
+    with pytest.raises(ConfigError, match=r"one_rank_stage=0 needs fp32: DeepSpeed's ZeRO-0 in"):
+        run_config_from_dict(values)
+    values["deepspeed"]["bf16"]["enabled"] = False
+    assert run_config_from_dict(values).at_world_size(1).zero_stage == 0
+    values["train"]["one_rank_stage"] = 2
+    with pytest.raises(ConfigError, match=r"train\.one_rank_stage must be 0, 1 or null, got 2"):
+        run_config_from_dict(values)
+
+
 MIX = [{"name": "web", "path": "a", "weight": 0.7}, {"name": "books", "path": "b", "weight": 0.3}]
 
 

@@ -180,6 +180,9 @@ class TrainConfig:
     Python; CUDA devices, ZeRO stages 0-2, not with activation checkpointing)."""
     max_wallclock: float | None = None
     """Seconds after the process started at which the run checkpoints and stops by itself."""
+    stop_check_s: float = 0.5
+    """Seconds between the ranks' agreements on a stop (a stop acted on within about twice
+    that); 0: at every step."""
     dist_timeout_s: float = 600.0
     """Seconds a collective waits for the other ranks; bounds the hang after a rank dies."""
     hang_timeout_s: float | None = 300.0
@@ -190,6 +193,15 @@ class TrainConfig:
     """Most rows one device runs at once; micro batch and accumulation are derived from it."""
     profile_steps: list[int] | None = None
     """[START, END]: steps traced by torch's profiler into OUT_DIR/profile/ (null: none)."""
+    norm_overflow_check: bool = True
+    """bf16 at ZeRO-1/2: skip updates on a non-finite gradient norm, not DeepSpeed's per-gradient
+    check (docs/training.md)."""
+    one_rank_stage: int | None = 1
+    """On one rank, the ZeRO stage of a ZeRO-1/2 config: 1 without gradient buckets (the same
+    updates), 0 in fp32 (equal within float rounding); null keeps the config's."""
+    fit_buckets: bool = False
+    """ZeRO-1/2 buckets of the largest gradient's size (at most DeepSpeed's default) where the
+    deepspeed section sets none: less memory, the same sums on one or two ranks."""
 
     def __post_init__(self) -> None:
         steps = self.profile_steps
@@ -202,6 +214,8 @@ class TrainConfig:
         for name in ("global_rows", "max_steps", "keep_last", "max_nonfinite_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be at least 1, got {getattr(self, name)}")
+        if self.stop_check_s < 0:
+            raise ValueError(f"train.stop_check_s must be >= 0, got {self.stop_check_s}")
         for name in ("dist_timeout_s", "hang_timeout_s", "checkpoint_timeout_s"):
             value = getattr(self, name)
             if value is not None and value <= 0:  # hang_timeout_s may be null
@@ -256,6 +270,21 @@ class RunConfig:
     """Console, metrics.jsonl and wandb."""
 
     def __post_init__(self) -> None:
+        if self.train.norm_overflow_check and self.ds.check_grad_overflow:
+            raise ValueError(
+                "deepspeed.bf16.check_grad_overflow=true and train.norm_overflow_check=true both "
+                "check bf16 gradients for overflow; keep one (train.norm_overflow_check checks "
+                "the gradient norm alone and skips the same updates)"
+            )
+        if self.train.one_rank_stage not in (None, 0, 1):
+            raise ValueError(
+                f"train.one_rank_stage must be 0, 1 or null, got {self.train.one_rank_stage}"
+            )
+        if self.train.one_rank_stage == 0 and self.ds.precision != "fp32":
+            raise ValueError(
+                f"train.one_rank_stage=0 needs fp32: DeepSpeed's ZeRO-0 in {self.ds.precision} "
+                "reads every gradient back to the host at each update; use 1"
+            )
         if self.train.compile and self.zero_stage == 3:
             raise ValueError(
                 "train.compile does not work with ZeRO stage 3 (its parameter gathers run in "
@@ -289,6 +318,21 @@ class RunConfig:
     @property
     def zero_stage(self) -> int:
         return self.ds.zero_stage
+
+    def at_world_size(self, world_size: int) -> RunConfig:
+        """This config as it runs on `world_size` ranks: on one rank, a ZeRO-1/2 deepspeed
+        section takes train.one_rank_stage (at stage 1 without gradient buckets, unless the
+        section asks for them). One rank holds the same model states at every stage (16 bytes a
+        parameter by txl-inspect), so the choice never needs more memory."""
+        stage = self.train.one_rank_stage
+        if world_size != 1 or stage is None or self.zero_stage not in (1, 2):
+            return self
+        section = copy.deepcopy(self.deepspeed)
+        zero = section.setdefault("zero_optimization", {})
+        zero["stage"] = stage
+        if stage == 1:
+            zero.setdefault("contiguous_gradients", False)
+        return dataclasses.replace(self, deepspeed=section)
 
     def plan(self, world_size: int) -> RunPlan:
         """This run on `world_size` ranks (txl_dist.plan), checked: ConfigError names the key."""

@@ -39,6 +39,12 @@ class DeepSpeedSection:
         return enabled[0] if enabled else "fp32"
 
     @property
+    def check_grad_overflow(self) -> bool:
+        """Whether the section sets `bf16.check_grad_overflow` to true itself (DeepSpeed's
+        default, when it is absent, is not counted)."""
+        return bool(self.section.get("bf16", {}).get("check_grad_overflow"))
+
+    @property
     def gradient_clipping(self) -> float:
         """Largest global gradient norm before clipping (0: none)."""
         return float(self.section.get("gradient_clipping", 0.0))

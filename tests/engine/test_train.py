@@ -41,8 +41,10 @@ class FakeEngine:
         # DeepSpeed's fp16 overflow handling: an update skipped is counted and does not step
         # the learning-rate schedule; the others do.
         self.skipped_steps, self.overflow_at, self.scheduler = 0, set(), None
+        self.training, self.modes = False, []  # the mode at each forward
 
     def __call__(self, input_ids, targets, mems):
+        self.modes.append(self.training)
         diverged = self.nan_from is not None and self.steps + 1 >= self.nan_from
         if self.steps + 1 == self.oom_at:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -51,7 +53,10 @@ class FakeEngine:
         return SimpleNamespace(loss=loss, mems=[input_ids.float().unsqueeze(-1)])
 
     def train(self):
-        pass
+        self.training = True
+
+    def eval(self):
+        self.training = False
 
     def backward(self, loss):
         loss.backward()
@@ -134,6 +139,7 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
     engine.steps = start_step
 
     def evaluate_split(split):
+        engine.eval()  # as engine.build.SplitEvaluator leaves it
         events.append(f"eval:{split}@{engine.steps}")
         engine.phases.append(watchdog.current)
         return evaluation or EvalResult(loss=1.0, ppl=2.7, tokens=6, seconds=0.1)
@@ -173,6 +179,12 @@ def test_evaluates_and_saves_at_their_intervals_and_at_the_end(tmp_path):
         "step6", "save@6", "eval:valid@6", "eval:test@6",
     ]  # fmt: skip
     assert logged_steps(tmp_path) == [2, 4, 6] and trainer.streams.closed
+
+
+def test_every_step_trains_in_training_mode_also_after_an_evaluation(tmp_path):
+    trainer = make_trainer(tmp_path, [], max_steps=5, eval_interval=2)
+    trainer.run()
+    assert trainer.engine.modes == [True] * 5
 
 
 def test_the_end_does_not_save_or_evaluate_twice(tmp_path):

@@ -93,6 +93,7 @@ HARD_RESUME = [
     "train.eval_interval=4",
     f"train.save_interval={K}",
     f"train.max_steps={2 * K}",
+    "train.stop_check_s=0",  # a stop agreed at the next step: an interrupted run stops early
 ]
 # What a resumed run must repeat exactly (timings, requeues and the like may differ).
 REPEATED = ("step", "split", "loss", "ppl", "lr", "grad_norm", "epoch", "tokens")
@@ -415,10 +416,12 @@ def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
 def test_sigterm_during_a_background_write_finishes_it_saves_and_exits_0(small_corpus, tmp_path):
     out, release = tmp_path / "signalled", tmp_path / "release"
     checkpoints = out / "checkpoints"
-    # The stop is agreed one step after rank 1 sees the signal, which a loaded machine delivers
-    # as late as step 4's save (waiting for the paused one): saves 2, 4 and the stop's at most,
-    # all kept, so step 2's is still there to check (keep_last 2 pruned it then).
+    # The stop is agreed one step after rank 1 sees the signal (train.stop_check_s=0), which a
+    # loaded machine delivers as late as step 4's save (waiting for the paused one): saves 2, 4
+    # and the stop's at most, all kept, so step 2's is still there to check (keep_last 2 pruned
+    # it then).
     settings = [
+        "train.stop_check_s=0",
         "train.async_save=true",
         "train.save_interval=2",
         "train.max_steps=1000",

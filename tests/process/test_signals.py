@@ -11,7 +11,7 @@ import torch
 from tests import processes
 from tests.conftest import REPO_ROOT
 from txl_dist.process import signals
-from txl_dist.process.signals import StopRequest, catch_stop_signals
+from txl_dist.process.signals import StopRequest, agreement_cadence, catch_stop_signals
 
 CPU = torch.device("cpu")
 
@@ -54,17 +54,32 @@ def test_no_stop_before_the_deadline():
 
 
 AGREEING_RANK = """
-import json, signal, sys, torch, torch.distributed as dist
+import json, signal, sys, time, torch, torch.distributed as dist
 from txl_dist.process.signals import StopRequest
 rendezvous, case, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # A file rendezvous: no TCP port to pick, so none another process could take first.
 dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
+cpu = torch.device("cpu")
+if case == "cadence":
+    # Steps of 10 ms on rank 0, 20 ms on rank 1; rank 0 gets a signal at step 40.
+    stop, reductions, step = StopRequest(agree_every_s=0.5), [], 0
+    all_reduce = dist.all_reduce
+    dist.all_reduce = lambda *args, **kwargs: reductions.append(step) or all_reduce(*args, **kwargs)
+    for step in range(1, 1000):
+        time.sleep(0.01 * (rank + 1))
+        if rank == 0 and step == 40:
+            signal.raise_signal(signal.SIGTERM)
+        if stop.agreed(cpu):
+            break
+    stop.settle()
+    print("RESULT " + json.dumps([reductions, step, stop.reason()]), flush=True)
+    dist.destroy_process_group()
+    sys.exit()
 # Only rank 1 passes its deadline; in "signal" rank 0 got a signal too.
 stop = StopRequest(max_wallclock=1e-9 if rank == 1 else 3600)
 if case == "signal" and rank == 0:
     signal.raise_signal(signal.SIGTERM)
 # Flags are reduced in the background and read one call later: all ranks agree at call 2.
-cpu = torch.device("cpu")
 agreed = [stop.agreed(cpu), stop.agreed(cpu)]
 stop.settle()
 print("RESULT " + json.dumps([agreed, stop.wallclock, stop.reason()]), flush=True)
@@ -72,16 +87,33 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.slow  # two ranks, twice
-def test_ranks_agree_on_the_reason(tmp_path):
+def agreeing_ranks(tmp_path, case: str) -> list:
+    """Each rank's result of AGREEING_RANK's `case` on two ranks."""
+    rendezvous = tmp_path / f"rendezvous-{case}"
+    script = f"import sys; sys.argv[1:1] = [{str(rendezvous)!r}, {case!r}]\n{AGREEING_RANK}"
+    outputs = processes.python_ranks(script, 2, timeout=300, cwd=REPO_ROOT)
+    return [json.loads(out.split("RESULT ")[1]) for out in outputs]
+
+
+@pytest.mark.slow  # two ranks, three times
+def test_ranks_agree_on_the_reason_at_the_same_steps(tmp_path):
     for case, wallclock in (("deadline", True), ("signal", False)):
-        rendezvous = tmp_path / f"rendezvous-{case}"
-        script = f"import sys; sys.argv[1:1] = [{str(rendezvous)!r}, {case!r}]\n{AGREEING_RANK}"
-        outputs = processes.python_ranks(script, 2, timeout=300, cwd=REPO_ROOT)
-        results = [json.loads(out.split("RESULT ")[1]) for out in outputs]
+        results = agreeing_ranks(tmp_path, case)
         assert [result[:2] for result in results] == [[[False, True], wallclock]] * 2
     assert results[0][2] == "SIGTERM received"
     assert results[1][2] == "a stop signal on another rank"
+    # Ranks of different speeds reduce their flags at the same steps, not at every step, and
+    # stop at the same step after the signal.
+    (reductions, stopped, reason), (reductions_1, stopped_1, _) = agreeing_ranks(
+        tmp_path, "cadence"
+    )
+    assert reductions == reductions_1 and stopped == stopped_1 > 40, (reductions, reductions_1)
+    assert len(reductions) < stopped / 2 and reason == "SIGTERM received"
+
+
+def test_agreements_come_about_every_agree_every_s():
+    assert [agreement_cadence(s, 0.5) for s in (0.01, 0.2, 0.5, 3.0, 0.0)] == [50, 2, 1, 1, 1]
+    assert agreement_cadence(0.01, 0.0) == 1
 
 
 def test_ctrl_c_stops_like_sigterm_and_a_later_second_one_exits_at_once():

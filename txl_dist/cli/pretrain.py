@@ -28,6 +28,7 @@ from txl_dist.engine.summary import closing_summary
 from txl_dist.engine.train import Trainer
 from txl_dist.files import open_new
 from txl_dist.logs import configure_logging
+from txl_dist.model.accounting import rank_memory_bytes
 from txl_dist.process import preflight
 from txl_dist.process.dist import World, end_distributed, world_from_env
 from txl_dist.process.restarts import restart_line, take_exit_notes, tell_guard
@@ -87,6 +88,9 @@ def main(argv: list[str] | None = None) -> None:
         if env_set and world.is_main:  # said once: a variable left set must not go unnoticed
             keys = ", ".join(o.partition("=")[0] for o in env_set)  # values may be secrets
             log.info(f"TXL_SET overrides {keys}")
+        configured, config = config, config.at_world_size(world.world_size)
+        if config.deepspeed != configured.deepspeed and world.is_main:
+            _say_one_rank_stage(configured, config)
         plan = config.plan(world.world_size)  # the launcher's world size, before any group
         if args.resume is None:
             run_dir.claim(config.train.out_dir, args.overwrite, world.is_main)
@@ -157,6 +161,19 @@ def _keep_traceback(trace: str, out_dir: str | None, world: World) -> str:
             return f"traceback: {path}"
     print(trace, file=sys.stderr, flush=True)  # no run directory to keep it in
     return "traceback above"
+
+
+def _say_one_rank_stage(configured: RunConfig, config: RunConfig) -> None:
+    """Which ZeRO stage one rank runs for the configured one, and its memory."""
+    plan = config.plan(1)
+    estimate = rank_memory_bytes(
+        config.model, config.zero_stage, 1, plan.micro_rows, plan.dtype_bytes
+    )
+    log.info(
+        f"one rank: ZeRO-{configured.zero_stage} runs as ZeRO-{config.zero_stage}, the same "
+        f"model states ({estimate / 2**30:.2f} GiB a rank by txl-inspect) without partition "
+        "buckets (train.one_rank_stage)"
+    )
 
 
 def _say_why_restarted(out_dir: str, point: checkpoint.ResumePoint | None) -> None:

@@ -5,6 +5,7 @@ resume, run files and wandb. `build_trainer` hands the parts to a Trainer, which
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import uuid
@@ -20,7 +21,7 @@ from data_pipeline.redact import redact
 from data_pipeline.shards import manifest_url, root_tokenizer
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
-from txl_dist.engine import checkpoint
+from txl_dist.engine import checkpoint, overflow
 from txl_dist.engine.checkpoint import Checkpointer, ResumePoint, RunState
 from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
 from txl_dist.engine.graphs import graph_layers
@@ -28,7 +29,8 @@ from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.train import Trainer
-from txl_dist.model import TransformerXL
+from txl_dist.model import TransformerXL, TXLConfig
+from txl_dist.model.accounting import build_on_meta
 from txl_dist.plan import DeepSpeedSection, RunPlan
 from txl_dist.process.dist import World, init_distributed
 from txl_dist.process.signals import StopRequest
@@ -43,7 +45,13 @@ def build_trainer(
     device = init_distributed(world, config.train.dist_timeout_s)
     watchdog = Watchdog.for_run(config.train, world.rank, world.world_size)
     with watchdog.phase("start", point.client.step if point else 0):
-        return _assemble_trainer(config, world, device, watchdog, plan, point)
+        trainer = _assemble_trainer(config, world, device, watchdog, plan, point)
+        # Start-up leaves hundreds of thousands of Python objects (torch, DeepSpeed, the data
+        # pipeline), which each full garbage collection during training would walk again, in
+        # the middle of a step: collect once now and exempt the survivors from later ones.
+        gc.collect()
+        gc.freeze()
+    return trainer
 
 
 def _assemble_trainer(
@@ -92,7 +100,7 @@ def _assemble_trainer(
         streams=streams,
         memory=memory,
         metrics=metrics,
-        stop=StopRequest(config.train.max_wallclock),
+        stop=StopRequest(config.train.max_wallclock, config.train.stop_check_s),
         watchdog=watchdog,
         evaluate_split=SplitEvaluator(engine, config, world, plan, device, watchdog),
         checkpoints=Checkpointer.for_run(
@@ -120,7 +128,8 @@ def initialize_engine(model: torch.nn.Module, optimizer, scheduler, ds_config: d
     norm over data-parallel ranks, whose gradients are already all-reduced and equal: torch's
     foreach clipping computes the same scale in one pass (a tiny-config step 1.3 ms shorter).
     On one rank its backward would also copy every gradient into a flat buffer, all-reduce it
-    alone and copy it back.
+    alone and copy it back. In bf16 without DeepSpeed's own overflow check, an update whose
+    gradient norm is not finite is skipped (engine.overflow).
 
     DeepSpeed pickles its raw config into every checkpoint it saves (`ds_config`), so once it
     has set up from it (a comet or monitor key included), the engine keeps the redacted copy.
@@ -129,6 +138,7 @@ def initialize_engine(model: torch.nn.Module, optimizer, scheduler, ds_config: d
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
     )
     engine.config = redact(engine.config)
+    overflow.skip_on_nonfinite_norm(engine)
     if engine.optimizer is optimizer:
         engine.clip_fp32_gradients = functools.partial(
             torch.nn.utils.clip_grad_norm_,
@@ -189,9 +199,29 @@ def deepspeed_config(config: RunConfig, plan: RunPlan, load_universal: bool) -> 
         gradient_accumulation_steps=plan.accumulation,
     )
     ds.setdefault("steps_per_print", 10**9)  # we log ourselves
+    # DeepSpeed's throughput timer synchronizes the device at every forward and every step; we
+    # time steps ourselves.
+    ds.setdefault("timers", {}).setdefault("throughput", {}).setdefault("enabled", False)
+    if config.train.fit_buckets and config.zero_stage in (1, 2):
+        zero = ds.setdefault("zero_optimization", {})
+        for key in ("reduce_bucket_size", "allgather_bucket_size"):
+            zero.setdefault(key, fitted_bucket(config.model))
+    if config.train.norm_overflow_check:
+        overflow.deepspeed_section(ds)
     if load_universal:
         ds.setdefault("checkpoint", {})["load_universal"] = True
     return ds
+
+
+# DeepSpeed's reduce_bucket_size and allgather_bucket_size when a config sets none (elements).
+DEEPSPEED_BUCKET = 500_000_000
+
+
+def fitted_bucket(model: TXLConfig) -> int:
+    """Elements of a bucket that holds the largest gradient whole, at most DeepSpeed's default
+    (a larger gradient is reduced from its own buffer); even, as all-gather buckets must be."""
+    largest = max(p.numel() for p in build_on_meta(model).parameters())
+    return min(largest + largest % 2, DEEPSPEED_BUCKET)
 
 
 def open_streams(

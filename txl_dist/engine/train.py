@@ -111,6 +111,7 @@ class Trainer:
         train = self.config.train
         batches = iter(self.streams)
         window = _Window(self.device)
+        self.engine.train()  # and again after each evaluation, not at every step
         warm_until = self.step + self._warm_up_steps()
         while self.step < train.max_steps:
             with self.watchdog.phase("step", self.step + 1, slow=self.step < warm_until):
@@ -164,15 +165,15 @@ class Trainer:
         host reads losses once per log line, not once per step)."""
         if self.streams.new_epoch:
             self.memory.reset()
-        self.engine.train()
         skipped_before = self._overflow_skips()
         slot_losses = []
         micro = self.plan.micro_rows
+        input_ids, targets = self._pinned(input_ids), self._pinned(targets)
         for slot in range(self.plan.accumulation):
             rows = slice(slot * micro, (slot + 1) * micro)
             out = self.engine(
-                input_ids[rows].to(self.device),
-                targets[rows].to(self.device),
+                input_ids[rows].to(self.device, non_blocking=True),
+                targets[rows].to(self.device, non_blocking=True),
                 self.memory.get(slot),
             )
             loss = out.loss.float().mean()
@@ -192,11 +193,16 @@ class Trainer:
                 self.scheduler.step()
         return torch.stack(slot_losses).mean()
 
+    def _pinned(self, batch: torch.Tensor) -> torch.Tensor:
+        """The batch in page-locked memory for a GPU: copied from there without waiting for the
+        device (non_blocking), where a copy from pageable memory would wait for it."""
+        return batch.pin_memory() if self.device.type == "cuda" else batch
+
     def _check_nonfinite(self) -> None:
         """DeepSpeed skips updates whose gradients are not finite; we count and bound them.
 
-        Counted on the device every step and read here, at log lines and before saves: a run
-        that must end does so at the next of those, before it saves anything.
+        Each step's loss stays on the device and is looked at here, at log lines and before
+        saves: a run that must end does so at the next of those, before it saves anything.
         """
         longest, self.skipped_steps = self.nonfinite.read()
         if self.skipped_steps and self.config.zero_stage == 0 and not self.plan.low_precision:
@@ -253,6 +259,7 @@ class Trainer:
         """Evaluate with the config's evaluation lengths (the training ones stay in place)."""
         with self.watchdog.phase("evaluation", self.step):
             result = self.evaluate_split(split)
+        self.engine.train()
         for corpus, part in result.corpora.items():  # a mix: each corpus, then their mean
             record = self._eval_record(split, part, corpus=corpus)
             self.metrics.log(record, eval_line(record))
@@ -327,23 +334,27 @@ class _Window:
 
 
 class _NonFinite:
-    """Non-finite losses counted on the device: how many in a row now, the longest such run and
-    all of them, each the largest over ranks when read."""
+    """Non-finite losses: how many in a row now, the longest such run and all of them, each the
+    largest over ranks when read. Each step's loss stays on the device until a read (log lines
+    and saves) looks at all of them at once."""
 
     def __init__(self, device: torch.device):
-        self.in_a_row = torch.zeros((), dtype=torch.long, device=device)
-        self.longest = torch.zeros((), dtype=torch.long, device=device)
-        self.total = torch.zeros((), dtype=torch.long, device=device)
+        self.device = device
+        self.pending: list[torch.Tensor] = []  # the losses since the last read
+        self.in_a_row = self.longest = self.total = 0
 
     def add(self, loss: torch.Tensor) -> None:
-        bad = (~torch.isfinite(loss)).long()
-        self.in_a_row = (self.in_a_row + 1) * bad
-        self.longest = torch.maximum(self.longest, self.in_a_row)
-        self.total += bad
+        self.pending.append(loss)
 
     def read(self) -> tuple[int, int]:
         """(longest run, total) over all ranks (a collective)."""
-        counts = torch.stack([self.longest, self.total])
+        if self.pending:
+            for bad in (~torch.isfinite(torch.stack(self.pending))).tolist():
+                self.in_a_row = (self.in_a_row + 1) * bad
+                self.longest = max(self.longest, self.in_a_row)
+                self.total += bad
+            self.pending = []
+        counts = torch.tensor([self.longest, self.total], device=self.device)
         if dist.is_initialized():
             dist.all_reduce(counts, op=dist.ReduceOp.MAX)
         longest, total = counts.tolist()

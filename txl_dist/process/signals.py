@@ -1,9 +1,10 @@
 """SIGTERM / SIGUSR1 / Ctrl-C -> every rank agrees to checkpoint and stop at the same step.
 
 A signal may reach one rank only (a scheduler, a user's kill); the handler only sets a flag, and
-each step all ranks max-reduce their flags, so they all stop after the same step. They reduce
-a second flag for train.max_wallclock, so that all ranks also agree on why they stop: a signal on
-any rank wins over the deadline (`wallclock` is then False).
+every train.stop_check_s seconds or so, at the same steps, all ranks max-reduce their flags, so
+they all stop after the same step. They reduce a second flag for train.max_wallclock, so that
+all ranks also agree on why they stop: a signal on any rank wins over the deadline (`wallclock`
+is then False). One process alone decides at every step, from its own flags.
 
 Ctrl-C (SIGINT) is a stop signal too, so an interrupted run keeps its work; a second Ctrl-C
 exits at once. Launchers forward the terminal's SIGINT to their ranks (torchrun sends it again),
@@ -59,12 +60,16 @@ class StopRequest:
     """A stop signal (caught since catch_stop_signals) or an elapsed wall-clock budget, until all
     ranks agree on it."""
 
-    def __init__(self, max_wallclock: float | None = None):
+    def __init__(self, max_wallclock: float | None = None, agree_every_s: float = 0.0):
         self.wallclock = False  # set by agreed(): every rank stops because of the deadline only
         # From the process's start, not ours: imports and setup count against a job's time limit.
         started = psutil.Process().create_time()
         self.deadline = started + max_wallclock if max_wallclock else None
-        self._in_flight = None  # the all-reduce started by the last agreed(), and its flags
+        self.agree_every_s = agree_every_s  # between the ranks' reductions (0: every call)
+        self._in_flight = None  # the all-reduce started by the last reduction, and its flags
+        self._calls = 0  # agreed() calls so far
+        self._next_reduction = 1  # the call that reduces next
+        self._reduced_at, self._reduced_call = time.monotonic(), 0  # the last reduction
         catch_stop_signals()
 
     @property
@@ -74,24 +79,49 @@ class StopRequest:
     def agreed(self, device: torch.device) -> bool:
         """True on every rank, at the same call, once any rank got a signal or passed the deadline.
 
-        Each call starts a non-blocking all-reduce of this rank's flags and reads the one the
-        previous call started, which ran while a training step did: no rank waits for the
-        others' flags, and ranks agree one call (one step) after the first request.
+        Call it once per step on every rank. Alone, a process decides from its own flags. Ranks
+        reduce their flags every `agree_every_s` seconds or so, not at every call: a reduction
+        on a GPU is a collective and a read of the device. Each reduction is started without
+        waiting and read by the next one, which meanwhile ran beside the steps: no rank waits
+        for the others' flags, and ranks agree one reduction after the first request, about
+        `2 * agree_every_s` later at most. Every rank reduces at the same calls: the next one
+        comes after `agreement_cadence` of the slowest rank's seconds per call, a value the
+        reduction itself agrees on.
         """
+        expired = self.deadline is not None and time.time() >= self.deadline
+        flags = [float(self.received is not None), float(expired)]
+        if self._world_size() == 1:
+            return self._decide(*flags)
+        self._calls += 1
+        if self._calls < self._next_reduction:
+            return False
+        return self._reduce(flags, device)
+
+    def _world_size(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_world_size() if dist.is_initialized() else 1
+
+    def _reduce(self, flags: list[float], device: torch.device) -> bool:
+        """Start reducing `flags` with this rank's seconds per call since the last reduction;
+        decide on the previous reduction, the same on every rank."""
         import torch
         import torch.distributed as dist
 
-        expired = self.deadline is not None and time.time() >= self.deadline
-        flags = torch.tensor([float(self.received is not None), float(expired)], device=device)
-        if not dist.is_initialized():
-            return self._decide(flags)
+        now = time.monotonic()
+        per_call = (now - self._reduced_at) / (self._calls - self._reduced_call)
+        self._reduced_at, self._reduced_call = now, self._calls
+        reduced = torch.tensor([*flags, per_call], device=device)
         previous = self._in_flight
-        work = dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True)
-        self._in_flight = (work, flags)
+        work = dist.all_reduce(reduced, op=dist.ReduceOp.MAX, async_op=True)
+        self._in_flight = (work, reduced)
         if previous is None:
+            self._next_reduction = self._calls + 1
             return False
         previous[0].wait()
-        return self._decide(previous[1])
+        signalled, expired, per_call = previous[1].tolist()
+        self._next_reduction = self._calls + agreement_cadence(per_call, self.agree_every_s)
+        return self._decide(signalled, expired)
 
     def settle(self) -> None:
         """Wait for the last all-reduce agreed() started (before other collectives or the end)."""
@@ -99,10 +129,9 @@ class StopRequest:
             self._in_flight[0].wait()
             self._in_flight = None
 
-    def _decide(self, flags: torch.Tensor) -> bool:
-        signalled, expired = (bool(x) for x in flags.tolist())
-        self.wallclock = expired and not signalled
-        return signalled or expired
+    def _decide(self, signalled: float, expired: float) -> bool:
+        self.wallclock = bool(expired and not signalled)
+        return bool(signalled or expired)
 
     def reason(self) -> str:
         if self.received:
@@ -110,3 +139,8 @@ class StopRequest:
         if self.wallclock:
             return "train.max_wallclock reached"
         return "a stop signal on another rank"
+
+
+def agreement_cadence(seconds_per_call: float, every_s: float) -> int:
+    """Calls from one reduction of the stop flags to the next: about `every_s` seconds."""
+    return max(1, int(every_s / seconds_per_call)) if seconds_per_call > 0 else 1
