@@ -42,9 +42,12 @@ class FakeEngine:
         # the learning-rate schedule; the others do.
         self.skipped_steps, self.overflow_at, self.scheduler = 0, set(), None
         self.training, self.modes = False, []  # the mode at each forward
+        # The model's cluster count, here the targets' sum; what each forward was given of it.
+        self.module, self.sizes = SimpleNamespace(cluster_sizes=lambda t: [int(t.sum())]), []
 
-    def __call__(self, input_ids, targets, mems):
+    def __call__(self, input_ids, targets, mems, cluster_sizes=None):
         self.modes.append(self.training)
+        self.sizes.append((cluster_sizes, int(targets.sum())))
         diverged = self.nan_from is not None and self.steps + 1 >= self.nan_from
         if self.steps + 1 == self.oom_at:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -344,3 +347,12 @@ def test_a_background_save_is_waited_for_only_before_an_optimizer_update(tmp_pat
     trainer.run()
     assert trainer.plan.accumulation == 2
     assert micro_steps_before == [1, 3, 5]
+
+
+def test_each_slot_is_given_its_targets_cluster_sizes_counted_on_the_host(tmp_path):
+    """The softmax's cluster sizes come with each micro batch, from that slot's targets, so
+    the model's step reads nothing back from the device."""
+    trainer = make_trainer(tmp_path, [], max_steps=3, max_micro_rows=1)  # 2 slots a step
+    trainer.run()
+    assert len(trainer.engine.sizes) == 6
+    assert all(given == [total] for given, total in trainer.engine.sizes)

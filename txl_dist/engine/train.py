@@ -175,6 +175,8 @@ class Trainer:
                 input_ids[rows].to(self.device, non_blocking=True),
                 targets[rows].to(self.device, non_blocking=True),
                 self.memory.get(slot),
+                # Counted on the host copy: the softmax then never reads the device.
+                cluster_sizes=self.engine.module.cluster_sizes(targets[rows]),
             )
             loss = out.loss.float().mean()
             self.engine.backward(loss)
