@@ -136,8 +136,12 @@ class ShiftedBias(torch.autograd.Function):
         h, b, q_len, _ = padded.shape
         k_len = mask.size(-1)
         ctx.shape = padded.shape
-        out = padded.new_empty(b, h, q_len, k_len)
-        return torch.add(rel_shift(padded, k_len).transpose(0, 1), mask, out=out)
+        shifted = rel_shift(padded, k_len).transpose(0, 1)
+        if torch.compiler.is_compiling():
+            # Inductor picks its own layouts; it mistakes the strides of an `out=` here and
+            # fails to compile the reshape that follows (torch 2.13).
+            return (shifted + mask).contiguous()
+        return torch.add(shifted, mask, out=padded.new_empty(b, h, q_len, k_len))
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
