@@ -142,7 +142,9 @@ def test_killed_rank_restarts_the_step_and_the_job_completes(
     wait_for("the first checkpoint", (out / "checkpoints" / "latest").exists, timeout=180)
     os.kill(rank_pid(out, rank=1), signal.SIGKILL)  # node 2's only rank
     log = completes_in_the_allocation(cluster, out, job_id, "SIGKILL", time.monotonic())
-    assert "the training step failed (exit 1): restart 1 of 3 on n[1-2]" in log
+    # The step's status is srun's: 1 from the torchrun whose rank died, or 143 when srun's
+    # SIGTERM reaches the other node's torchrun before it has exited.
+    assert re.search(r"the training step failed \(exit (1|143)\): restart 1 of 3 on n\[1-2\]", log)
     assert_restarted_and_resumed_exactly(log, out, reference[0])
     trained = [r for r in records(out) if "split" not in r]
     assert {r["requeues"] for r in trained} == {0}  # a restart is not a requeue
