@@ -8,10 +8,11 @@ Public API::
     Vocab.load(vocab_url(root))
     DataError and its subclasses
 
-See ``shards.py`` for the on-disk layout and ``streams.py`` for the row layout and state.
+See ``shards/format.py`` for the on-disk layout and ``streams.py`` for the row layout and state.
 """
 
-from data_pipeline.errors import (
+from data_pipeline.prepare import prepare
+from data_pipeline.shards.errors import (
     ChecksumError,
     CorpusFormatError,
     DataError,
@@ -22,9 +23,9 @@ from data_pipeline.errors import (
     SourceUnreachableError,
     VocabMismatchError,
 )
-from data_pipeline.prepare import prepare
-from data_pipeline.shards import Manifest, load_manifest, manifest_url, verify, vocab_url
+from data_pipeline.shards.format import Manifest, load_manifest, manifest_url, vocab_url
 from data_pipeline.streams import IGNORE_INDEX, TokenStreams
+from data_pipeline.verify import verify
 from data_pipeline.vocab import Vocab
 
 __all__ = [

@@ -24,7 +24,6 @@ import sys
 
 from data_pipeline.corpora.charlevel import DEFAULT_TEST_CHARS
 from data_pipeline.corpora.datasets import DATASETS
-from data_pipeline.errors import DataError
 from data_pipeline.prepare import (
     DEFAULT_BPE_SAMPLE_BYTES,
     DEFAULT_CACHE,
@@ -34,9 +33,11 @@ from data_pipeline.prepare import (
     Settings,
 )
 from data_pipeline.redact import redact_text
-from data_pipeline.shards import Manifest, manifest_url, verify
-from data_pipeline.storage import parse_options
+from data_pipeline.shards.errors import DataError
+from data_pipeline.shards.format import Manifest, manifest_url
+from data_pipeline.shards.storage import parse_options
 from data_pipeline.units import DEFAULT_UNIT_BYTES, parse_part
+from data_pipeline.verify import verify
 
 
 def parser() -> argparse.ArgumentParser:

@@ -33,9 +33,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from data_pipeline.errors import DataError, VocabMismatchError
-from data_pipeline.shards import Manifest, load_manifest
-from data_pipeline.storage import DEFAULT_RETRY, Retry, filesystem
+from data_pipeline.shards.errors import DataError, VocabMismatchError
+from data_pipeline.shards.format import Manifest, load_manifest
+from data_pipeline.shards.storage import DEFAULT_RETRY, Retry, filesystem
 from data_pipeline.streams import (
     BatchStream,
     EpochOrder,

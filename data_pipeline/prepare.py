@@ -1,4 +1,4 @@
-"""Preparing a dataset: corpus -> vocabulary + document-contiguous shards + manifests (shards.py).
+"""Preparing a dataset: corpus -> vocabulary + document-contiguous shards + manifests (shards/).
 
 ``prepare()`` is txl-prepare as a function; ``Job`` holds one run's steps, which txl-prepare's
 command line (cli.py) also runs one at a time as cluster jobs (``--part I/N``, ``--merge``).
@@ -55,18 +55,18 @@ from data_pipeline.corpora.charlevel import DEFAULT_TEST_CHARS
 from data_pipeline.corpora.datasets import Dataset
 from data_pipeline.corpora.records import Texts
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword, bpe_size
-from data_pipeline.errors import CorpusFormatError, DataError, ManifestError, reading
 from data_pipeline.pieces import count_piece, encode_piece, in_own_process, run_pieces
 from data_pipeline.redact import redact_text
-from data_pipeline.shards import (
+from data_pipeline.shards.errors import CorpusFormatError, DataError, ManifestError, reading
+from data_pipeline.shards.format import (
     FORMAT_VERSION,
     VOCAB_FILE,
     Manifest,
     ShardInfo,
-    ShardSink,
     load_manifest,
     manifest_url,
 )
+from data_pipeline.shards.writer import ShardSink
 from data_pipeline.units import (
     DEFAULT_UNIT_BYTES,
     Records,

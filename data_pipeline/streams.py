@@ -4,7 +4,7 @@ Layout. An epoch is one virtual token array of length N: the split's samples con
 epoch's order. ``order="corpus"`` keeps corpus order (WikiText, enwik8); ``order="shuffle"``
 (lm1b) permutes the samples and the documents inside each sample with a generator seeded by
 ``(seed, epoch)`` (and the sample id), so each epoch is a new document order that every rank
-computes identically. A document cut into pieces over several samples (shards.py) is never broken
+computes identically. A document cut into pieces over several samples (shards/) is never broken
 by the shuffle, as the reference's shuffled iterator never breaks a sentence: the samples it spans
 move as one, in order, and its pieces stay last and first in their samples. There are
 G = world_size x rows_per_rank global rows; rank r owns rows
@@ -51,21 +51,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from data_pipeline.errors import (
+from data_pipeline.shards.errors import (
     DataError,
     ShardMissingError,
     ShardTruncatedError,
     SourceUnreachableError,
     VocabMismatchError,
 )
-from data_pipeline.shards import (
-    Manifest,
-    ShardInfo,
-    decode_sample,
-    load_manifest,
-    shard_url,
-)
-from data_pipeline.storage import DEFAULT_RETRY, Retry, filesystem, transient
+from data_pipeline.shards.format import Manifest, ShardInfo, decode_sample, load_manifest, shard_url
+from data_pipeline.shards.storage import DEFAULT_RETRY, Retry, filesystem, transient
 
 IGNORE_INDEX = -100
 ORDERS = ("corpus", "shuffle")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import fsspec
 
 from data_pipeline.corpora.encoding import Documents
-from data_pipeline.errors import reading
+from data_pipeline.shards.errors import reading
 
 DEFAULT_UNIT_BYTES = 1 << 26
 WORK_DIR = ".prepare"

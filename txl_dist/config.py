@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from data_pipeline.redact import redact, redact_text
-from data_pipeline.storage import Retry
+from data_pipeline.shards.storage import Retry
 from data_pipeline.streams import ORDERS
 from txl_dist.model.config import TXLConfig
 from txl_dist.plan import DeepSpeedSection, RunPlan, plan_run
@@ -432,8 +432,8 @@ def resolve_vocab_size(values: dict[str, Any]) -> dict[str, Any]:
     model, data = values.get("model"), values.get("data")
     if not isinstance(model, dict) or model.get("n_token") != "auto" or not isinstance(data, dict):
         return values
-    from data_pipeline.errors import DataError
-    from data_pipeline.shards import load_manifest, manifest_url
+    from data_pipeline.shards.errors import DataError
+    from data_pipeline.shards.format import load_manifest, manifest_url
 
     url = manifest_url(_first_root(data), data.get("train_split", "train"))
     try:

@@ -13,7 +13,7 @@ import os
 import torch
 
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
-from data_pipeline.errors import DataError
+from data_pipeline.shards.errors import DataError
 from data_pipeline.vocab import Vocab
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import CONFIG_FILE, VOCAB_FILE

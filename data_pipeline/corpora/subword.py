@@ -27,8 +27,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from data_pipeline.corpora import bytelevel
 from data_pipeline.corpora.bytelevel import ByteLevelEncoder, Encoded, PreTokenTooLong
 from data_pipeline.corpora.tokenizer_spec import check_ids, check_spec, too_large
-from data_pipeline.errors import CorpusFormatError, reading
 from data_pipeline.limits import PRE_TOKEN_BYTES, TOKENIZER_BYTES, VOCAB_SIZE
+from data_pipeline.shards.errors import CorpusFormatError, reading
 
 TOKENIZER_FILE = "tokenizer.json"
 BPE_PREFIX = "bpe:"

@@ -38,8 +38,8 @@ import numpy as np
 import torch
 
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
-from data_pipeline.errors import DataError
-from data_pipeline.shards import load_manifest, manifest_url
+from data_pipeline.shards.errors import DataError
+from data_pipeline.shards.format import load_manifest, manifest_url
 from data_pipeline.streams import TokenStreams
 from data_pipeline.text_batches import TextBatches
 from data_pipeline.vocab import EOS, Vocab

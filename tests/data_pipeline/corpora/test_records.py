@@ -19,9 +19,10 @@ import zstandard
 from tokenizers import Tokenizer
 
 from data_pipeline.corpora.subword import Subword
-from data_pipeline.errors import CorpusFormatError
 from data_pipeline.prepare import Job, Settings, prepare
-from data_pipeline.shards import load_manifest, manifest_url, verify
+from data_pipeline.shards.errors import CorpusFormatError
+from data_pipeline.shards.format import load_manifest, manifest_url
+from data_pipeline.verify import verify
 from txl_dist.config import resolve_vocab_size
 
 # Small units and pieces, so that even these files span several of each.
