@@ -8,7 +8,8 @@ Public API::
     Vocab.load(vocab_url(root))
     DataError and its subclasses
 
-See ``shards/format.py`` for the on-disk layout and ``streams.py`` for the row layout and state.
+See ``shards/format.py`` for the on-disk layout and ``streams/token_streams.py`` for the row
+layout and state.
 """
 
 from data_pipeline.prepare import prepare
@@ -24,7 +25,8 @@ from data_pipeline.shards.errors import (
     VocabMismatchError,
 )
 from data_pipeline.shards.format import Manifest, load_manifest, manifest_url, vocab_url
-from data_pipeline.streams import IGNORE_INDEX, TokenStreams
+from data_pipeline.streams.geometry import IGNORE_INDEX
+from data_pipeline.streams.token_streams import TokenStreams
 from data_pipeline.verify import verify
 from data_pipeline.vocab import Vocab
 

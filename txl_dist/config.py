@@ -17,7 +17,7 @@ from typing import Any
 
 from data_pipeline.redact import redact, redact_text
 from data_pipeline.shards.storage import Retry
-from data_pipeline.streams import ORDERS
+from data_pipeline.streams.geometry import ORDERS
 from txl_dist.model.config import TXLConfig
 from txl_dist.plan import DeepSpeedSection, RunPlan, plan_run
 from txl_dist.schema import ConfigError, section_from_dict

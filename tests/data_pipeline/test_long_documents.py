@@ -15,7 +15,7 @@ from data_pipeline.prepare import prepare
 from data_pipeline.shards.errors import ManifestError
 from data_pipeline.shards.format import FORMAT_VERSION, Manifest, load_manifest, manifest_url
 from data_pipeline.shards.writer import ShardSink
-from data_pipeline.streams import TokenStreams
+from data_pipeline.streams.token_streams import TokenStreams
 from data_pipeline.verify import verify
 
 from . import paper_inputs as pi

@@ -15,11 +15,11 @@ import torch
 from deepspeed.accelerator import get_accelerator
 
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
-from data_pipeline.mixing import MixedStreams, MixSource, Reading
 from data_pipeline.redact import redact
 from data_pipeline.shards.errors import VocabMismatchError
 from data_pipeline.shards.format import manifest_url
-from data_pipeline.streams import TokenStreams
+from data_pipeline.streams.mixing import MixedStreams, MixSource, Reading
+from data_pipeline.streams.token_streams import TokenStreams
 from data_pipeline.verify import root_tokenizer
 from txl_dist.config import RunConfig
 from txl_dist.engine import checkpoint, overflow

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from data_pipeline.streams import TokenStreams
+from data_pipeline.streams.token_streams import TokenStreams
 from txl_dist.config import RunConfig
 from txl_dist.engine.checkpoint import Checkpointer, RunState
 from txl_dist.engine.evaluate import EvalResult
