@@ -15,9 +15,7 @@ import re
 import sys
 from typing import Any
 
-from data_pipeline.redact import redact, redact_text
-from data_pipeline.shards.storage import Retry
-from data_pipeline.streams.geometry import ORDERS
+from data_pipeline import ORDERS, Retry, redact, redact_text
 from txl_dist.model.config import TXLConfig
 from txl_dist.plan import DeepSpeedSection, RunPlan, plan_run
 from txl_dist.schema import ConfigError, section_from_dict
@@ -432,8 +430,7 @@ def resolve_vocab_size(values: dict[str, Any]) -> dict[str, Any]:
     model, data = values.get("model"), values.get("data")
     if not isinstance(model, dict) or model.get("n_token") != "auto" or not isinstance(data, dict):
         return values
-    from data_pipeline.shards.errors import DataError
-    from data_pipeline.shards.format import load_manifest, manifest_url
+    from data_pipeline import DataError, load_manifest, manifest_url
 
     url = manifest_url(_first_root(data), data.get("train_split", "train"))
     try:

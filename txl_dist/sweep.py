@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from data_pipeline.streams.geometry import IGNORE_INDEX
+from data_pipeline import IGNORE_INDEX
 from txl_dist.context import (
     SEGMENT_ALONE_MARK,
     SEGMENT_ALONE_NOTE,

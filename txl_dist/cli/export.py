@@ -33,12 +33,15 @@ import fsspec
 import torch
 from torch import Tensor
 
-from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
-from data_pipeline.redact import redact_text
-from data_pipeline.shards.errors import DataError
-from data_pipeline.shards.format import vocab_url
-from data_pipeline.shards.storage import parse_options
-from data_pipeline.vocab import Vocab
+from data_pipeline import (
+    TOKENIZER_FILE,
+    DataError,
+    Subword,
+    Vocab,
+    parse_options,
+    redact_text,
+    vocab_url,
+)
 from txl_dist.cli import USAGE_ERROR
 from txl_dist.config import ConfigError, RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint import (

@@ -28,7 +28,7 @@ import sys
 
 import torch
 
-from data_pipeline.shards.errors import DataError
+from data_pipeline import DataError
 from txl_dist.cli import USAGE_ERROR
 from txl_dist.export_text import ExportText
 from txl_dist.exported import DTYPES

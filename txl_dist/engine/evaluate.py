@@ -11,8 +11,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from data_pipeline.streams.geometry import IGNORE_INDEX
-from data_pipeline.streams.token_streams import TokenStreams
+from data_pipeline import IGNORE_INDEX, TokenStreams
 from txl_dist.scores import safe_exp
 
 

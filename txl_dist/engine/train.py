@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from data_pipeline.streams.token_streams import TokenStreams
+from data_pipeline import BatchStream
 from txl_dist.config import RunConfig
 from txl_dist.engine.checkpoint import Checkpointer, RunState
 from txl_dist.engine.evaluate import EvalResult
@@ -64,7 +64,7 @@ class Trainer:
         device: torch.device,
         engine,
         scheduler,
-        streams: TokenStreams,
+        streams: BatchStream,
         memory: MemoryBank,
         metrics: Metrics,
         stop: StopRequest,

@@ -25,8 +25,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from data_pipeline.streams.geometry import IGNORE_INDEX
-from data_pipeline.streams.text_batches import TextBatches
+from data_pipeline import IGNORE_INDEX, TextBatches
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.export_text import ExportText
 from txl_dist.exported import EVAL_ROWS, load_for_evaluation
