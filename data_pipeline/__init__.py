@@ -1,11 +1,11 @@
 """Corpora -> document-contiguous webdataset shards -> per-rank contiguous token streams.
 
 The front door: what txl_dist (the engine and the commands) uses of the pipeline, by name.
-Stage packages: ``corpora/`` (what txl-prepare knows of each dataset), ``shards/`` (the prepared
-data's format on storage), ``streams/`` (shards -> per-rank batches). Modules at the root:
-``prepare.py`` (txl-prepare as a function), ``cli.py`` and ``__main__.py`` (its command line),
-``verify.py`` (a prepared dataset re-checked), ``units.py``, ``pieces.py``, ``wordids.py``,
-``vocab.py``, ``cache.py``, ``limits.py`` and ``redact.py``.
+Stage packages: ``corpora/`` (what txl-prepare knows of each dataset), ``prepare/`` (corpus ->
+vocabulary, shards and manifests), ``shards/`` (the prepared data's format on storage),
+``streams/`` (shards -> per-rank batches). Modules at the root, shared by the stages or the
+package's command: ``cli.py`` and ``__main__.py`` (txl-prepare's command line), ``vocab.py``
+and ``wordids.py`` (the word vocabulary), ``cache.py``, ``limits.py`` and ``redact.py``.
 
 Public API::
 
@@ -22,7 +22,8 @@ layout and state.
 
 from data_pipeline.corpora.datasets import DATASETS
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
-from data_pipeline.prepare import prepare
+from data_pipeline.prepare.job import prepare
+from data_pipeline.prepare.verify import root_tokenizer, verify
 from data_pipeline.redact import redact, redact_text
 from data_pipeline.shards.errors import (
     ChecksumError,
@@ -49,7 +50,6 @@ from data_pipeline.streams import (
     check_same_vocabulary,
     check_vocab,
 )
-from data_pipeline.verify import root_tokenizer, verify
 from data_pipeline.vocab import EOS, SENTENCE, Vocab
 
 __all__ = [

@@ -24,20 +24,20 @@ import sys
 
 from data_pipeline.corpora.charlevel import DEFAULT_TEST_CHARS
 from data_pipeline.corpora.datasets import DATASETS
-from data_pipeline.prepare import (
+from data_pipeline.prepare.job import Job
+from data_pipeline.prepare.settings import (
     DEFAULT_BPE_SAMPLE_BYTES,
     DEFAULT_CACHE,
     DEFAULT_SAMPLE_TOKENS,
     DEFAULT_SHARD_TOKENS,
-    Job,
     Settings,
 )
+from data_pipeline.prepare.units import DEFAULT_UNIT_BYTES, parse_part
+from data_pipeline.prepare.verify import verify
 from data_pipeline.redact import redact_text
 from data_pipeline.shards.errors import DataError
 from data_pipeline.shards.format import Manifest, manifest_url
 from data_pipeline.shards.storage import parse_options
-from data_pipeline.units import DEFAULT_UNIT_BYTES, parse_part
-from data_pipeline.verify import verify
 
 
 def parser() -> argparse.ArgumentParser:
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"txl-prepare: error: {err}", file=sys.stderr)
         return 2
     if manifests is None:  # --merge built the vocabulary (or trained the tokenizer)
-        where = redact_text(job.vocab_at)
+        where = redact_text(job.vocabulary.at)
         print(f"vocabulary built: {where}; now run the parts again, then --merge")
     else:
         print_manifests(args.out, manifests)

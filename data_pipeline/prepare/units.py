@@ -140,3 +140,9 @@ class Records:
         """Drop every record (after the manifests are written)."""
         if self.fs.exists(self.dir):
             self.fs.rm(self.dir, recursive=True)
+
+
+def describe(units: list[Unit]) -> str:
+    """``units train-00003, train-00007 are`` (the first few), for error messages."""
+    names = ", ".join(u.name for u in units[:5]) + (", ..." if len(units) > 5 else "")
+    return f"unit{'s' if len(units) > 1 else ''} {names} {'are' if len(units) > 1 else 'is'}"

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from data_pipeline.pieces import in_own_process
+from data_pipeline.prepare.pieces import in_own_process
 from data_pipeline.shards.errors import CorpusFormatError
 
 
