@@ -40,7 +40,8 @@ from data_pipeline.shards import vocab_url
 from data_pipeline.storage import parse_options
 from data_pipeline.vocab import Vocab
 from txl_dist.cli import USAGE_ERROR
-from txl_dist.config import ConfigError, RunConfig, run_config_from_dict
+from txl_dist.config.plan import RunPlan
+from txl_dist.config.sections import RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint import (
     CLIENT_FILE,
     LATEST,
@@ -50,12 +51,12 @@ from txl_dist.engine.checkpoint import (
     find_resume_point,
     load_trusted,
 )
-from txl_dist.exported import DATA_FILE, DTYPES, tokenizer_record
+from txl_dist.exports.loading import DATA_FILE, DTYPES, tokenizer_record
 from txl_dist.hf import export as hf_export
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
-from txl_dist.plan import RunPlan
+from txl_dist.schema import ConfigError
 from txl_dist.scores import format_score
 
 README_FILE = "README.md"

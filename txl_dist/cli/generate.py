@@ -30,9 +30,9 @@ import torch
 
 from data_pipeline.errors import DataError
 from txl_dist.cli import USAGE_ERROR
-from txl_dist.export_text import ExportText
-from txl_dist.exported import DTYPES
-from txl_dist.generation import Sampling, generate, shown
+from txl_dist.exports.generation import Sampling, generate, shown
+from txl_dist.exports.loading import DTYPES
+from txl_dist.exports.text import ExportText
 from txl_dist.model import TransformerXL
 
 

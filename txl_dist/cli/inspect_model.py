@@ -11,7 +11,9 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 
-from txl_dist.config import ConfigError, RunConfig, load_run_config
+from txl_dist.config.loading import load_run_config
+from txl_dist.config.plan import PRECISION_BYTES
+from txl_dist.config.sections import RunConfig
 from txl_dist.model.accounting import (
     TAIL_TARGET_SHARE,
     ZERO_STAGES,
@@ -22,7 +24,7 @@ from txl_dist.model.accounting import (
     snapshot_bytes,
     train_flops_per_token,
 )
-from txl_dist.plan import PRECISION_BYTES
+from txl_dist.schema import ConfigError
 
 
 @dataclass

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 
 from txl_dist.cli import USAGE_ERROR
-from txl_dist.context import (
+from txl_dist.exports.context import (
     RECL_THRESHOLD,
     SEGMENT_ALONE_MARK,
     SEGMENT_ALONE_NOTE,
