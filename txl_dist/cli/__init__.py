@@ -8,6 +8,10 @@ Every command exits with one rule:
   not fit; one line on stderr says what to change. argparse's own refusals exit 2 as well;
 - 1 (`FAILED`): it started and then failed (a rank died, a save failed, a shard broke
   mid-run); the line says where the traceback is.
+
+One module per command: pretrain.py (launch/pretrain.py), inspect_model.py (txl-inspect),
+export.py (txl-export), evaluate.py (txl-eval), generate.py (txl-generate), report.py
+(txl-report).
 """
 
 USAGE_ERROR = 2
