@@ -89,11 +89,16 @@ def test_the_tokenizer_the_model_was_exported_with_loads(tmp_path, capsys, comma
     assert run(COMMANDS[command], model_dir, tmp_path) == 0, capsys.readouterr().err
 
 
-def test_loading_an_export_imports_no_training_or_evaluation_loop():
+def test_loading_an_export_imports_no_training_or_evaluation_loop_and_no_compiler(tmp_path):
     """txl-generate and the Hugging Face side load exports: that must not pull in DeepSpeed's
-    engine or the evaluation loop (seconds of imports, and a dependency they do not need)."""
-    loaded = "import sys, txl_dist.exports.loading; print(sorted(sys.modules))"
+    engine, the evaluation loop or torch's compiler stack (seconds of imports, for nothing)."""
+    model_dir = export(tmp_path / "export", bpe(300, DOCS), 300)
+    loaded = (
+        "import sys, torch; from txl_dist.exports.loading import load_for_evaluation; "
+        f"load_for_evaluation({model_dir!r}, torch.device('cpu')); print(sorted(sys.modules))"
+    )
     proc = processes.run([sys.executable, "-c", loaded], timeout=120, check=True, cwd=REPO_ROOT)
     modules = set(proc.stdout.split("'")[1::2])
     assert "txl_dist.exports.loading" in modules
-    assert not modules & {"txl_dist.engine.evaluate", "txl_dist.exports.sweep", "deepspeed"}
+    unwanted = {"txl_dist.engine.evaluate", "txl_dist.exports.sweep", "deepspeed", "torch._dynamo"}
+    assert not modules & unwanted
