@@ -43,7 +43,7 @@ from data_pipeline.shards import load_manifest, manifest_url
 from data_pipeline.streams import TokenStreams
 from data_pipeline.text_batches import TextBatches
 from data_pipeline.vocab import EOS, Vocab
-from txl_dist.cli import USAGE_ERROR
+from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.exports.context import RECL_THRESHOLD, write_csv
 from txl_dist.exports.loading import DTYPES, EVAL_ROWS, export_vocabulary, load_for_evaluation
@@ -323,6 +323,7 @@ def sweep(args: argparse.Namespace, world: World, device: torch.device) -> Sweep
     )  # fmt: skip
 
 
+@interruptible("txl-eval")
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.tasks:

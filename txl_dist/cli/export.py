@@ -39,7 +39,7 @@ from data_pipeline.redact import redact_text
 from data_pipeline.shards import vocab_url
 from data_pipeline.storage import parse_options
 from data_pipeline.vocab import Vocab
-from txl_dist.cli import USAGE_ERROR
+from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.config.plan import RunPlan
 from txl_dist.config.sections import RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint import (
@@ -348,6 +348,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str, subword: bool = False) -> 
     )
 
 
+@interruptible("txl-export")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="txl-export", description=__doc__.splitlines()[0])
     parser.add_argument(

@@ -29,7 +29,7 @@ import sys
 import torch
 
 from data_pipeline.errors import DataError
-from txl_dist.cli import USAGE_ERROR
+from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.exports.generation import Sampling, generate, shown
 from txl_dist.exports.loading import DTYPES
 from txl_dist.exports.text import ExportText
@@ -57,6 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+@interruptible("txl-generate")
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:

@@ -11,6 +11,7 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 
+from txl_dist.cli import interruptible
 from txl_dist.config.loading import load_run_config
 from txl_dist.config.plan import PRECISION_BYTES
 from txl_dist.config.sections import RunConfig
@@ -119,6 +120,7 @@ def format_report(r: ModelReport) -> str:
     return "\n".join(lines)
 
 
+@interruptible("txl-inspect")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="txl-inspect", description=__doc__.splitlines()[0])
     parser.add_argument("--config", nargs="+", required=True, help="run config JSON file(s)")
