@@ -96,11 +96,17 @@ def test_greedy_generate_is_ours_token_for_token(ours, theirs):
     assert got[0, len(prompt) :].tolist() == expected
     assert len(set(expected)) > 1  # a generation that could differ
 
-    padded = torch.stack([prompt, prompt])
-    mask = torch.ones_like(padded)
-    mask[1, 0] = 0
-    with pytest.raises(ValueError, match="no padding"):
-        theirs.generate(padded, attention_mask=mask, max_new_tokens=2, do_sample=False)
+    lone = [[5, 9, 30, 2, 44, 7], [12], [3, 3, 8]]  # prompts as txl-generate gets them
+    alone = [
+        [t for t, _ in generate(ours, torch.tensor(p), 4, greedy, torch.Generator())] for p in lone
+    ]
+    width = max(map(len, lone))
+    padded = torch.tensor([[0] * (width - len(p)) + p for p in lone])  # left padding, any id
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in lone])
+    with torch.no_grad():
+        batched = theirs.generate(padded, attention_mask=mask, max_new_tokens=4, do_sample=False)
+    assert batched[:, width:].tolist() == alone  # past mem_len (5) too
+    assert len({tuple(row) for row in alone}) == 3
 
 
 def test_auto_tokenizer_reads_text_as_the_data_was_prepared(hf_words_dir, tmp_path, monkeypatch):
