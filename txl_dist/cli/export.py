@@ -42,8 +42,9 @@ from data_pipeline import (
     redact_text,
     vocab_url,
 )
-from txl_dist.cli import USAGE_ERROR
-from txl_dist.config import ConfigError, RunConfig, run_config_from_dict
+from txl_dist.cli import USAGE_ERROR, interruptible
+from txl_dist.config.plan import RunPlan
+from txl_dist.config.sections import RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint import (
     CLIENT_FILE,
     LATEST,
@@ -53,12 +54,12 @@ from txl_dist.engine.checkpoint import (
     find_resume_point,
     load_trusted,
 )
-from txl_dist.exported import DATA_FILE, DTYPES, tokenizer_record
+from txl_dist.exports.loading import DATA_FILE, DTYPES, tokenizer_record
 from txl_dist.hf import export as hf_export
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
-from txl_dist.plan import RunPlan
+from txl_dist.schema import ConfigError
 from txl_dist.scores import format_score
 
 README_FILE = "README.md"
@@ -257,7 +258,7 @@ def export(
 
     try:  # written beside OUT_DIR and renamed into place: never two exports' files in one
         if format == "hf":
-            hf_export.save_hf(model, out_dir, write_extra)
+            hf_export.save_hf(model, out_dir, write_extra, ckpt.point.client.level)
         else:
             model.save_pretrained(out_dir, format=format, write_extra=write_extra)
     except FileExistsError as err:
@@ -350,6 +351,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str, subword: bool = False) -> 
     )
 
 
+@interruptible("txl-export")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="txl-export", description=__doc__.splitlines()[0])
     parser.add_argument(

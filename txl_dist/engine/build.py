@@ -27,7 +27,8 @@ from data_pipeline import (
     redact,
     root_tokenizer,
 )
-from txl_dist.config import RunConfig
+from txl_dist.config.plan import DeepSpeedSection, RunPlan
+from txl_dist.config.sections import RunConfig
 from txl_dist.engine import checkpoint, overflow
 from txl_dist.engine.checkpoint import Checkpointer, ResumePoint, RunState
 from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
@@ -38,7 +39,6 @@ from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.train import Trainer
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.accounting import build_on_meta
-from txl_dist.plan import DeepSpeedSection, RunPlan
 from txl_dist.process.dist import World, init_distributed
 from txl_dist.process.signals import StopRequest
 from txl_dist.process.watchdog import Watchdog

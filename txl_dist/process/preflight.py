@@ -14,8 +14,9 @@ import tempfile
 import torch
 
 from data_pipeline import DataError, check_same_vocabulary, check_vocab, load_manifest, manifest_url
-from txl_dist.config import ConfigError, RunConfig
+from txl_dist.config.sections import RunConfig
 from txl_dist.model.accounting import ZERO_STAGES, build_on_meta, count_parameters
+from txl_dist.schema import ConfigError
 
 # Model-state bytes per parameter that one checkpoint holds over all ranks: the weights plus
 # fp32 master weights and Adam's two moments (ZeRO-0's mixed-precision figure).

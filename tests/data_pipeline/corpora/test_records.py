@@ -24,7 +24,7 @@ from data_pipeline.prepare.settings import Settings
 from data_pipeline.prepare.verify import verify
 from data_pipeline.shards.errors import CorpusFormatError
 from data_pipeline.shards.format import load_manifest, manifest_url
-from txl_dist.config import resolve_vocab_size
+from txl_dist.config.loading import resolve_vocab_size
 
 # Small units and pieces, so that even these files span several of each.
 LAYOUT = {"sample_size": 5_000, "shard_size": 50_000, "progress": False}

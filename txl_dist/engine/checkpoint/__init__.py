@@ -20,6 +20,9 @@ complete checkpoint. Conversions are written the same way. A resume checks the r
     trusted.py       the pickle scan before anything loads, and the weights_only loader
     transaction.py   one save, in phases every rank passes together
     background.py    train.async_save: the snapshot in host memory, the thread that writes it
+    arena.py         the snapshot's host memory, reused from save to save
+    snapshot_memory.py  how much host memory a snapshot may take, checked before it is taken
+    writes.py        a save's files written and fsynced
     retention.py     pruning to train.keep_last
     checkpointer.py  Checkpointer: when a save is due, what it records; the loop's one call
     resume.py        finding an intact checkpoint and loading it into a run

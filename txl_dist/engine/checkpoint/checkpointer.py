@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.streams import TokenStreams
-from txl_dist.config import RunConfig
+from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint import snapshot_memory
 from txl_dist.engine.checkpoint.arena import HostArena
 from txl_dist.engine.checkpoint.background import BackgroundSave

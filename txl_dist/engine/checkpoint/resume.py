@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from data_pipeline.streams import TokenStreams
-from txl_dist.config import ConfigError, RunConfig
+from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint.integrity import (
     DamagedCheckpointError,
     damage,
@@ -41,6 +41,7 @@ from txl_dist.engine.memory import MemoryBank
 from txl_dist.files import new_directory
 from txl_dist.process.dist import World
 from txl_dist.process.restarts import restart_count
+from txl_dist.schema import ConfigError
 
 log = logging.getLogger(__name__)
 

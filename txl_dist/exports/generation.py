@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from data_pipeline import DATASETS, EOS, SENTENCE, Subword, Vocab
-from txl_dist.exported import export_data, export_level
+from txl_dist.exports.loading import export_data, export_level
 from txl_dist.model import TransformerXL
 
 INCOMPLETE = "\ufffd"

@@ -17,14 +17,14 @@ import numpy as np
 import torch
 
 from data_pipeline import DATASETS, EOS, SENTENCE, TOKENIZER_FILE
-from txl_dist.exported import export_tokenizer, export_vocab
-from txl_dist.generation import (
+from txl_dist.exports.generation import (
     CharDetokenizer,
     Detokenizer,
     char_dataset,
     prompt_ids,
     subword_pieces,
 )
+from txl_dist.exports.loading import export_tokenizer, export_vocab
 from txl_dist.model.transformer import VOCAB_FILE
 
 CHAR_START = b" "
