@@ -41,7 +41,7 @@ from statistics import median
 
 import fsspec
 
-from data_pipeline.shards import decode_sample, load_manifest, manifest_url, shard_url
+from data_pipeline.shards.format import decode_sample, load_manifest, manifest_url, shard_url
 from data_pipeline.vocab import Vocab
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,26 +21,22 @@ import argparse
 import logging
 import os
 import sys
+from dataclasses import fields
 
-from data_pipeline.corpora.charlevel import DEFAULT_TEST_CHARS
 from data_pipeline.corpora.datasets import DATASETS
-from data_pipeline.errors import DataError
-from data_pipeline.prepare import (
-    DEFAULT_BPE_SAMPLE_BYTES,
-    DEFAULT_CACHE,
-    DEFAULT_SAMPLE_TOKENS,
-    DEFAULT_SHARD_TOKENS,
-    Job,
-    Settings,
-)
+from data_pipeline.prepare.job import Job
+from data_pipeline.prepare.settings import Settings
+from data_pipeline.prepare.units import parse_part
+from data_pipeline.prepare.verify import verify
 from data_pipeline.redact import redact_text
-from data_pipeline.shards import Manifest, manifest_url, verify
-from data_pipeline.storage import parse_options
-from data_pipeline.units import DEFAULT_UNIT_BYTES, parse_part
+from data_pipeline.shards.errors import DataError
+from data_pipeline.shards.format import Manifest, manifest_url
+from data_pipeline.shards.storage import parse_options
 
 
 def parser() -> argparse.ArgumentParser:
-    """The txl-prepare command line."""
+    """The txl-prepare command line. An option of a run is the ``Settings`` field of its name,
+    whose default applies when it is not given (so options default to None here)."""
     p = argparse.ArgumentParser(prog="txl-prepare", description=__doc__.split("\n")[0])
     p.add_argument("--dataset", choices=DATASETS)
     p.add_argument(
@@ -54,32 +50,31 @@ def parser() -> argparse.ArgumentParser:
         "BPE of N tokens on the train split",
     )  # fmt: skip
     p.add_argument(
-        "--bpe-sample-bytes", type=int, default=DEFAULT_BPE_SAMPLE_BYTES,
+        "--bpe-sample-bytes", type=int,
         help="bpe:N: train on this many bytes of the train split, whole 4 MiB pieces spread evenly "
         "over it, so memory stays flat in corpus size (default: 256 MiB; the manifest says it)",
     )  # fmt: skip
-    p.add_argument("--text-field", default="text", help="jsonl/parquet: the field of the text")
+    p.add_argument("--text-field", help="jsonl/parquet: the field of the text")
     p.add_argument(
         "--skip-bad-records", action="store_true",
         help="jsonl/parquet: leave out malformed records (counted in the log) instead of stopping",
     )  # fmt: skip
-    p.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens/shard")
-    p.add_argument("--sample-size", type=int, default=DEFAULT_SAMPLE_TOKENS, help="tokens/sample")
+    p.add_argument("--shard-size", type=int, help="tokens/shard")
+    p.add_argument("--sample-size", type=int, help="tokens/sample")
     p.add_argument(
         "--unit-bytes",
         type=int,
-        default=DEFAULT_UNIT_BYTES,
         help="source bytes per unit (the grain of --part; shards never span units)",
     )
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--min-count", type=int, help="vocabulary min count (default per dataset)")
-    p.add_argument("--text-docs", choices=("block", "file"), default="block")
+    p.add_argument("--text-docs", choices=("block", "file"))
     p.add_argument(
-        "--test-chars", type=int, default=DEFAULT_TEST_CHARS,
+        "--test-chars", type=int,
         help="enwik8/text8: bytes of test and of valid (the reference's 5,000,000)",
     )  # fmt: skip
     p.add_argument("--source-checksum", help="ALGO:HEX of a --source archive")
-    p.add_argument("--cache-dir", default=DEFAULT_CACHE, help="where archives are downloaded")
+    p.add_argument("--cache-dir", help="where archives are downloaded")
     p.add_argument("--out-option", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--no-progress", action="store_true")
@@ -121,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"txl-prepare: error: {err}", file=sys.stderr)
         return 2
     if manifests is None:  # --merge built the vocabulary (or trained the tokenizer)
-        where = redact_text(job.vocab_at)
+        where = redact_text(job.vocabulary.at)
         print(f"vocabulary built: {where}; now run the parts again, then --merge")
     else:
         print_manifests(args.out, manifests)
@@ -129,16 +124,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def settings_of(args: argparse.Namespace, out_options: dict, source_options: dict) -> Settings:
-    """The run the command line asks for (ValueError: options that do not fit together)."""
+    """The run the command line asks for: each option given goes to the ``Settings`` field of
+    its name, the others keep Settings' defaults (ValueError: options that do not fit)."""
+    names = {f.name for f in fields(Settings)}
+    given = {k: v for k, v in vars(args).items() if k in names and v is not None}
     return Settings(
-        args.dataset, args.out, args.source, vocab=args.vocab, tokenizer=args.tokenizer,
-        text_field=args.text_field, skip_bad_records=args.skip_bad_records,
-        bpe_sample_bytes=args.bpe_sample_bytes,
-        shard_size=args.shard_size,
-        sample_size=args.sample_size, unit_bytes=args.unit_bytes, workers=args.workers,
-        min_count=args.min_count, text_docs=args.text_docs, test_chars=args.test_chars,
-        source_checksum=args.source_checksum, cache_dir=args.cache_dir, out_options=out_options,
-        source_options=source_options, progress=not args.no_progress,
+        **given, out_options=out_options, source_options=source_options,
+        progress=not args.no_progress,
     )  # fmt: skip
 
 

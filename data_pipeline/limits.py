@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from data_pipeline.errors import DataError
+from data_pipeline.shards.errors import DataError
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 import fsspec
 import numpy as np
 
-from data_pipeline.errors import VocabMismatchError, reading
+from data_pipeline.shards.errors import VocabMismatchError, reading
 from data_pipeline.wordids import WordTable
 
 EOS = "<eos>"

@@ -14,6 +14,8 @@ import types
 import typing
 from typing import Any, TypeVar
 
+# From its module, not the pipeline's front door: an HF export ships this module and every
+# module it imports (txl_dist/hf/export.py).
 from data_pipeline.redact import redact
 
 T = TypeVar("T")

@@ -12,8 +12,8 @@ import logging
 import re
 from collections.abc import Callable, Iterator
 
-from data_pipeline.errors import reading
 from data_pipeline.redact import redact_text
+from data_pipeline.shards.errors import reading
 
 log = logging.getLogger(__name__)
 

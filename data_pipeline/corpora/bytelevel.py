@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from tokenizers import Tokenizer, pre_tokenizers
 
-from data_pipeline.errors import DataError
 from data_pipeline.limits import PRE_TOKEN_BYTES
+from data_pipeline.shards.errors import DataError
 
 # The library's ByteLevel regex, "'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
 # \s+(?!\S)|\s+", with its classes as sets of characters (the rest: neither of the three).

@@ -32,7 +32,7 @@ from typing import BinaryIO
 import numpy as np
 
 from data_pipeline.cache import built_once
-from data_pipeline.errors import CorpusFormatError
+from data_pipeline.shards.errors import CorpusFormatError
 
 DEFAULT_TEST_CHARS = 5_000_000
 NEWLINE = ord("\n")

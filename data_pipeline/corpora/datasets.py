@@ -28,7 +28,7 @@ reference prepares it:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from data_pipeline.corpora import charlevel
 from data_pipeline.corpora.boundaries import next_article, next_block, next_line
@@ -105,8 +105,14 @@ class Dataset:
         tokenization = self.documents.tokenization
         return tokenization.tokenizer if isinstance(tokenization, Characters) else None
 
-    def documents_for(self, text_docs: str) -> Documents:
-        """The documents ``--text-docs`` picks (only where there is a choice)."""
+    def documents_for(
+        self, text_docs: str, text_field: str = "text", skip_bad_records: bool = False
+    ) -> Documents:
+        """The documents ``--text-docs`` picks (only where there is a choice); a subword
+        dataset's records read from ``text_field``, malformed ones refused or (with
+        ``skip_bad_records``) left out and counted."""
+        if self.subword:
+            return replace(self.documents, tokenization=Texts(text_field, skip_bad_records))
         if self.file_documents is None:
             return self.documents
         if text_docs not in ("block", "file"):

@@ -24,7 +24,7 @@ from data_pipeline.corpora.boundaries import (
     read_range,
 )
 from data_pipeline.corpora.charlevel import CharTokenizer
-from data_pipeline.errors import CorpusFormatError
+from data_pipeline.shards.errors import CorpusFormatError
 from data_pipeline.vocab import EOS, SENTENCE, Vocab
 from data_pipeline.wordids import has_exotic_space, split_ids
 

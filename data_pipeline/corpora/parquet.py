@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from data_pipeline.corpora.records import OVERSIZED, STREAM_RECORDS
-from data_pipeline.errors import CorpusFormatError
 from data_pipeline.limits import DECOMPRESSED_BYTES, RECORD_BYTES
+from data_pipeline.shards.errors import CorpusFormatError
 
 # Decoded bytes of text a batch makes Python strings of at once.
 BATCH_BYTES = 1 << 26

@@ -35,8 +35,8 @@ from data_pipeline.corpora.bytelevel import PreTokenCheck, PreTokenTooLong
 from data_pipeline.corpora.encoding import Documents, EncodedChunk
 from data_pipeline.corpora.splits import TextFiles
 from data_pipeline.corpora.subword import Subword
-from data_pipeline.errors import CorpusFormatError, reading
 from data_pipeline.limits import DECOMPRESSED_BYTES, RECORD_BYTES
+from data_pipeline.shards.errors import CorpusFormatError, reading
 from data_pipeline.vocab import Vocab
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")

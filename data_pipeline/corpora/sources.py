@@ -26,8 +26,13 @@ from data_pipeline.cache import built_once
 from data_pipeline.corpora import charlevel
 from data_pipeline.corpora.datasets import Dataset
 from data_pipeline.corpora.splits import SPLITS, SplitLayout, splits_in
-from data_pipeline.errors import ChecksumError, CorpusFormatError, SourceUnreachableError, reading
 from data_pipeline.limits import ARCHIVE_BYTES, ARCHIVE_MEMBERS
+from data_pipeline.shards.errors import (
+    ChecksumError,
+    CorpusFormatError,
+    SourceUnreachableError,
+    reading,
+)
 
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 GLOB = re.compile(r"[*?[]")

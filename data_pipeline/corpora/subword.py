@@ -7,8 +7,8 @@ vocabulary's stands in every manifest (``vocab_sha256``) and its vocabulary size
 ``bpe:N`` trains a byte-level BPE of N tokens on documents streamed from the train split: the
 trainer keeps one count per distinct pre-token (a word with its leading space), never the text,
 so its memory grows with the distinct words it sees. txl-prepare hands it a bounded sample
-(``--bpe-sample-bytes``, prepare.py), so that memory stays flat in corpus size. Byte-level BPE
-covers every byte, so decode(encode(document)) == document for any UTF-8 text.
+(``--bpe-sample-bytes``, prepare/vocabulary.py), so that memory stays flat in corpus size.
+Byte-level BPE covers every byte, so decode(encode(document)) == document for any UTF-8 text.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from data_pipeline.corpora import bytelevel
 from data_pipeline.corpora.bytelevel import ByteLevelEncoder, Encoded, PreTokenTooLong
 from data_pipeline.corpora.tokenizer_spec import check_ids, check_spec, too_large
-from data_pipeline.errors import CorpusFormatError, reading
 from data_pipeline.limits import PRE_TOKEN_BYTES, TOKENIZER_BYTES, VOCAB_SIZE
+from data_pipeline.shards.errors import CorpusFormatError, reading
 
 TOKENIZER_FILE = "tokenizer.json"
 BPE_PREFIX = "bpe:"

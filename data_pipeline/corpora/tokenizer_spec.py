@@ -16,8 +16,8 @@ import os
 
 from tokenizers import Tokenizer
 
-from data_pipeline.errors import CorpusFormatError
 from data_pipeline.limits import TOKENIZER_BYTES, VOCAB_SIZE
+from data_pipeline.shards.errors import CorpusFormatError
 
 TRUST_ENV = "TXL_TRUST_TOKENIZER"  # =1: any regular expression of a tokenizer file you trust
 # The components txl-dist accepts, by the key holding them (and the key of a Sequence's parts).

@@ -15,9 +15,9 @@ import torch
 from data_pipeline import load_manifest, manifest_url, prepare
 from data_pipeline.cli import main as prepare_main
 from data_pipeline.corpora.subword import Subword
-from data_pipeline.errors import DataError
-from data_pipeline.streams import IGNORE_INDEX
-from data_pipeline.text_batches import TextBatches
+from data_pipeline.shards.errors import DataError
+from data_pipeline.streams.geometry import IGNORE_INDEX
+from data_pipeline.streams.text_batches import TextBatches
 from data_pipeline.vocab import EOS, Vocab
 from tests.data_pipeline.paper_inputs import write_zip
 from txl_dist.cli import USAGE_ERROR

@@ -11,17 +11,12 @@ import numpy as np
 import pytest
 
 from data_pipeline.cli import main
-from data_pipeline.errors import ManifestError
-from data_pipeline.prepare import prepare
-from data_pipeline.shards import (
-    FORMAT_VERSION,
-    Manifest,
-    ShardSink,
-    load_manifest,
-    manifest_url,
-    verify,
-)
-from data_pipeline.streams import TokenStreams
+from data_pipeline.prepare.job import prepare
+from data_pipeline.prepare.verify import verify
+from data_pipeline.shards.errors import ManifestError
+from data_pipeline.shards.format import FORMAT_VERSION, Manifest, load_manifest, manifest_url
+from data_pipeline.shards.writer import ShardSink
+from data_pipeline.streams.token_streams import TokenStreams
 
 from . import paper_inputs as pi
 from .conftest import decoded_split

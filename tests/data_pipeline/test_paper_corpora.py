@@ -12,9 +12,9 @@ import pytest
 
 from data_pipeline.cli import main
 from data_pipeline.corpora.datasets import DATASETS, Download
-from data_pipeline.errors import ChecksumError, CorpusFormatError, ManifestError
-from data_pipeline.prepare import prepare
-from data_pipeline.shards import FORMAT_VERSION, Manifest
+from data_pipeline.prepare.job import prepare
+from data_pipeline.shards.errors import ChecksumError, CorpusFormatError, ManifestError
+from data_pipeline.shards.format import FORMAT_VERSION, Manifest
 from data_pipeline.vocab import Vocab
 
 from . import paper_inputs as pi

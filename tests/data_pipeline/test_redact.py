@@ -16,7 +16,7 @@ from data_pipeline import (
 )
 from data_pipeline.cli import main
 from data_pipeline.redact import REDACTED, is_secret_name, redact, redact_text
-from data_pipeline.storage import Retry
+from data_pipeline.shards.storage import Retry
 from tests.conftest import REPO_ROOT
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from data_pipeline import wordids
 from data_pipeline.corpora.encoding import EXOTIC_SPACE
-from data_pipeline.errors import VocabMismatchError
+from data_pipeline.shards.errors import VocabMismatchError
 from data_pipeline.vocab import Vocab
 from data_pipeline.wordids import WordTable, first_appearance_ids, has_exotic_space, split_ids
 

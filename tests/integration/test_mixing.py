@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 
 from data_pipeline import prepare
 from data_pipeline.corpora.subword import TOKENIZER_FILE
-from data_pipeline.text_batches import TextBatches
+from data_pipeline.streams.text_batches import TextBatches
 from tests.data_pipeline.corpora.test_records import write_jsonl
 from tests.integration.runs import records, train
 from txl_dist.cli import evaluate, generate

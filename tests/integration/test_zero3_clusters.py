@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from data_pipeline.cli import main as prepare_main
-from data_pipeline.shards import manifest_url
-from data_pipeline.streams import IGNORE_INDEX, TokenStreams
+from data_pipeline.shards.format import manifest_url
+from data_pipeline.streams.geometry import IGNORE_INDEX
+from data_pipeline.streams.token_streams import TokenStreams
 from tests.integration.real_size import take_lines
 from tests.integration.runs import records, train
 

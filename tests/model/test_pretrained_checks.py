@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from data_pipeline.errors import DataError
+from data_pipeline.shards.errors import DataError
 from data_pipeline.vocab import Vocab
 from txl_dist.model import TransformerXL, TXLConfig
 

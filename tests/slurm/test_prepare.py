@@ -9,10 +9,10 @@ from pathlib import Path
 from data_pipeline import prepare
 from data_pipeline.corpora.datasets import DATASETS
 from data_pipeline.corpora.sources import split_files
-from data_pipeline.units import Unit, split_units
-from data_pipeline.units import part_units as units_of_part
+from data_pipeline.prepare.units import Unit, split_units
+from data_pipeline.prepare.units import part_units as units_of_part
 from tests.conftest import REPO_ROOT
-from tests.data_pipeline.test_parts import tree
+from tests.data_pipeline.prepare.test_parts import tree
 from tests.slurm.conftest import wait_for
 
 SCRIPT = str(REPO_ROOT / "launch" / "slurm" / "prepare.sbatch")

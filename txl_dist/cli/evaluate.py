@@ -37,12 +37,17 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
-from data_pipeline.errors import DataError
-from data_pipeline.shards import load_manifest, manifest_url
-from data_pipeline.streams import TokenStreams
-from data_pipeline.text_batches import TextBatches
-from data_pipeline.vocab import EOS, Vocab
+from data_pipeline import (
+    EOS,
+    TOKENIZER_FILE,
+    DataError,
+    Subword,
+    TextBatches,
+    TokenStreams,
+    Vocab,
+    load_manifest,
+    manifest_url,
+)
 from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.exports.context import RECL_THRESHOLD, write_csv

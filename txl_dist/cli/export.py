@@ -33,12 +33,15 @@ import fsspec
 import torch
 from torch import Tensor
 
-from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
-from data_pipeline.errors import DataError
-from data_pipeline.redact import redact_text
-from data_pipeline.shards import vocab_url
-from data_pipeline.storage import parse_options
-from data_pipeline.vocab import Vocab
+from data_pipeline import (
+    TOKENIZER_FILE,
+    DataError,
+    Subword,
+    Vocab,
+    parse_options,
+    redact_text,
+    vocab_url,
+)
 from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.config.plan import RunPlan
 from txl_dist.config.sections import RunConfig, run_config_from_dict

@@ -28,7 +28,7 @@ import sys
 
 import torch
 
-from data_pipeline.errors import DataError
+from data_pipeline import DataError
 from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.exports.generation import Sampling, generate, shown
 from txl_dist.exports.loading import DTYPES

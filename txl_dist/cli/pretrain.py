@@ -19,7 +19,7 @@ from typing import NoReturn
 
 import torch.distributed as dist
 
-from data_pipeline.redact import redact_text
+from data_pipeline import redact_text
 from txl_dist.cli import FAILED, USAGE_ERROR
 from txl_dist.config.loading import load_run_config, naming_txl_set
 from txl_dist.config.sections import RunConfig

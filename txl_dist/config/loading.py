@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from data_pipeline.redact import redact_text
+from data_pipeline import redact_text
 from txl_dist.config.sections import RunConfig, run_config_from_dict
 from txl_dist.schema import ConfigError
 
@@ -98,8 +98,7 @@ def resolve_vocab_size(values: dict[str, Any]) -> dict[str, Any]:
     model, data = values.get("model"), values.get("data")
     if not isinstance(model, dict) or model.get("n_token") != "auto" or not isinstance(data, dict):
         return values
-    from data_pipeline.errors import DataError
-    from data_pipeline.shards import load_manifest, manifest_url
+    from data_pipeline import DataError, load_manifest, manifest_url
 
     url = manifest_url(_first_root(data), data.get("train_split", "train"))
     try:

@@ -14,9 +14,7 @@ import math
 import sys
 from typing import Any
 
-from data_pipeline.redact import redact
-from data_pipeline.storage import Retry
-from data_pipeline.streams import ORDERS
+from data_pipeline import ORDERS, Retry, redact
 from txl_dist.config.plan import DeepSpeedSection, RunPlan, plan_run
 from txl_dist.model.config import TXLConfig
 from txl_dist.schema import section_from_dict

@@ -14,12 +14,19 @@ import deepspeed
 import torch
 from deepspeed.accelerator import get_accelerator
 
-from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
-from data_pipeline.errors import VocabMismatchError
-from data_pipeline.mixing import MixedStreams, MixSource, Reading
-from data_pipeline.redact import redact
-from data_pipeline.shards import manifest_url, root_tokenizer
-from data_pipeline.streams import TokenStreams
+from data_pipeline import (
+    TOKENIZER_FILE,
+    BatchStream,
+    MixedStreams,
+    MixSource,
+    Reading,
+    Subword,
+    TokenStreams,
+    VocabMismatchError,
+    manifest_url,
+    redact,
+    root_tokenizer,
+)
 from txl_dist.config.plan import DeepSpeedSection, RunPlan
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine import checkpoint, overflow
@@ -251,9 +258,7 @@ def open_streams(
     )
 
 
-def open_training_streams(
-    config: RunConfig, world: World, rows: int
-) -> TokenStreams | MixedStreams:
+def open_training_streams(config: RunConfig, world: World, rows: int) -> BatchStream:
     """This rank's training rows: of data.path, or of the corpora of data.mix by weight."""
     data = config.data
     if data.mix is None:
@@ -271,7 +276,7 @@ def open_training_streams(
     )
 
 
-def training_tokenizer(config: RunConfig, streams: TokenStreams | MixedStreams) -> Subword | None:
+def training_tokenizer(config: RunConfig, streams: BatchStream) -> Subword | None:
     """The training data's subword tokenizer, which every checkpoint carries (the first mixed
     corpus's: the corpora share it); None for a word or character vocabulary."""
     root = config.data.root

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from data_pipeline.streams import IGNORE_INDEX, TokenStreams
+from data_pipeline import IGNORE_INDEX, TokenStreams
 from txl_dist.scores import safe_exp
 
 

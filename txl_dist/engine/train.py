@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from data_pipeline.streams import TokenStreams
+from data_pipeline import BatchStream
 from txl_dist.config.plan import RunPlan
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint import Checkpointer, RunState
@@ -64,7 +64,7 @@ class Trainer:
         device: torch.device,
         engine,
         scheduler,
-        streams: TokenStreams,
+        streams: BatchStream,
         memory: MemoryBank,
         metrics: Metrics,
         stop: StopRequest,

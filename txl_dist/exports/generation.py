@@ -15,9 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from data_pipeline.corpora.datasets import DATASETS
-from data_pipeline.corpora.subword import Subword
-from data_pipeline.vocab import EOS, SENTENCE, Vocab
+from data_pipeline import DATASETS, EOS, SENTENCE, Subword, Vocab
 from txl_dist.exports.loading import export_data, export_level
 from txl_dist.model import TransformerXL
 

@@ -12,9 +12,7 @@ import os
 
 import torch
 
-from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
-from data_pipeline.errors import DataError
-from data_pipeline.vocab import Vocab
+from data_pipeline import TOKENIZER_FILE, DataError, Subword, Vocab
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import CONFIG_FILE, VOCAB_FILE
 from txl_dist.scores import SCORE_OF_LEVEL

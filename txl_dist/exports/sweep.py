@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from data_pipeline.streams import IGNORE_INDEX
+from data_pipeline import IGNORE_INDEX
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.exports.context import (
     SEGMENT_ALONE_MARK,

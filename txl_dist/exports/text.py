@@ -16,9 +16,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import torch
 
-from data_pipeline.corpora.datasets import DATASETS
-from data_pipeline.corpora.subword import TOKENIZER_FILE
-from data_pipeline.vocab import EOS, SENTENCE
+from data_pipeline import DATASETS, EOS, SENTENCE, TOKENIZER_FILE
 from txl_dist.exports.generation import (
     CharDetokenizer,
     Detokenizer,

@@ -25,8 +25,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from data_pipeline.streams import IGNORE_INDEX
-from data_pipeline.text_batches import TextBatches
+from data_pipeline import IGNORE_INDEX, TextBatches
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.exports.generation import Sampling, generate
 from txl_dist.exports.loading import EVAL_ROWS, load_for_evaluation

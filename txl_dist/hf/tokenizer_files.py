@@ -19,8 +19,7 @@ import os
 
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-from data_pipeline.corpora.subword import TOKENIZER_FILE
-from data_pipeline.vocab import EOS, Vocab
+from data_pipeline import EOS, TOKENIZER_FILE, Vocab
 from txl_dist.model.transformer import VOCAB_FILE
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"

@@ -422,7 +422,9 @@ def _check_vocab_size(directory, config: TXLConfig) -> None:
     path = os.path.join(directory, VOCAB_FILE)
     if not os.path.exists(path):
         return
-    from data_pipeline.vocab import vocab_entries  # the lines Vocab.load reads, counted alike
+    # The lines Vocab.load reads, counted alike. From its module, not the pipeline's front door:
+    # an HF export ships this module and every module it imports (txl_dist/hf/export.py).
+    from data_pipeline.vocab import vocab_entries
 
     with open(path, encoding="utf-8", errors="replace") as f:
         entries = len(vocab_entries(f.read()))

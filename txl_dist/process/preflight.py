@@ -13,10 +13,7 @@ import tempfile
 
 import torch
 
-from data_pipeline.errors import DataError
-from data_pipeline.mixing import check_same_vocabulary
-from data_pipeline.shards import load_manifest, manifest_url
-from data_pipeline.streams import check_vocab
+from data_pipeline import DataError, check_same_vocabulary, check_vocab, load_manifest, manifest_url
 from txl_dist.config.sections import RunConfig
 from txl_dist.model.accounting import ZERO_STAGES, build_on_meta, count_parameters
 from txl_dist.schema import ConfigError

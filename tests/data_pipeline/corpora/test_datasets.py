@@ -11,8 +11,8 @@ import pytest
 from data_pipeline.cli import parser
 from data_pipeline.corpora.datasets import DATASETS, Dataset
 from data_pipeline.corpora.subword import Subword
-from data_pipeline.prepare import prepare
-from data_pipeline.shards import load_manifest, manifest_url
+from data_pipeline.prepare.job import prepare
+from data_pipeline.shards.format import load_manifest, manifest_url
 from data_pipeline.vocab import Vocab
 
 from ..conftest import SMALL

@@ -19,9 +19,11 @@ import zstandard
 from tokenizers import Tokenizer
 
 from data_pipeline.corpora.subword import Subword
-from data_pipeline.errors import CorpusFormatError
-from data_pipeline.prepare import Job, Settings, prepare
-from data_pipeline.shards import load_manifest, manifest_url, verify
+from data_pipeline.prepare.job import Job, prepare
+from data_pipeline.prepare.settings import Settings
+from data_pipeline.prepare.verify import verify
+from data_pipeline.shards.errors import CorpusFormatError
+from data_pipeline.shards.format import load_manifest, manifest_url
 from txl_dist.config.loading import resolve_vocab_size
 
 # Small units and pieces, so that even these files span several of each.

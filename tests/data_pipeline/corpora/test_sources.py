@@ -12,7 +12,7 @@ import pytest
 from data_pipeline.corpora.datasets import DATASETS
 from data_pipeline.corpora.sources import ArchiveLimits, extract, fetch, file_digest, split_files
 from data_pipeline.corpora.splits import SPLITS
-from data_pipeline.errors import CorpusFormatError
+from data_pipeline.shards.errors import CorpusFormatError
 
 WIKITEXT_103 = DATASETS["wikitext-103"]
 

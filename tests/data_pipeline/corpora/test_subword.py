@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from data_pipeline.corpora.subword import Subword, bpe_size
-from data_pipeline.errors import CorpusFormatError
+from data_pipeline.shards.errors import CorpusFormatError
 
 
 def test_byte_level_bpe_round_trips_real_text_exactly(wikitext103_articles, lm1b_sentences):

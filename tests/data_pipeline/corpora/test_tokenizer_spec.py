@@ -12,7 +12,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 
 from data_pipeline.corpora.subword import Subword, library_errors
 from data_pipeline.corpora.tokenizer_spec import KNOWN_PATTERNS
-from data_pipeline.errors import CorpusFormatError
+from data_pipeline.shards.errors import CorpusFormatError
 
 from .test_records import (
     assert_split_is_the_library_encoding,

@@ -22,37 +22,27 @@ Because the tar is uncompressed, the manifest can point straight at the raw litt
 payloads inside it: ``sample_offsets[i]`` is the byte offset of sample i's first token and
 ``lengths_offsets[i]`` that of its first document length. The lengths member precedes the tokens
 member, so bytes ``[lengths_offsets[i], sample_offsets[i] + 4 * sample_tokens[i])`` are the whole
-sample in one ranged read; ``sample_crc32[i]`` is the CRC-32 of exactly those bytes.
-"""
+sample in one ranged read; ``sample_crc32[i]`` is the CRC-32 of exactly those byt"""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import io
 import json
 import posixpath
 import re
-import tarfile
 import zlib
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-import webdataset as wds
 
-from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
-from data_pipeline.errors import (
-    ChecksumError,
-    DataError,
+from data_pipeline.shards.errors import (
     ManifestError,
     ShardCorruptError,
     ShardMissingError,
     ShardTruncatedError,
-    VocabMismatchError,
     reading,
 )
-from data_pipeline.storage import DEFAULT_RETRY, Retry, filesystem
-from data_pipeline.vocab import Vocab
+from data_pipeline.shards.storage import DEFAULT_RETRY, Retry, filesystem
 
 # 2: documents longer than a sample are cut (sample_continues). Version 1 data has no cut
 # document, so it reads as version 2 with sample_continues all 0 (its rerun re-prepares it).
@@ -257,136 +247,6 @@ def shard_url(manifest_url_: str, shard: ShardInfo) -> str:
     return posixpath.join(posixpath.dirname(manifest_url_), shard.url)
 
 
-# ---------------------------------------------------------------- writing
-
-
-@dataclass
-class Sample:
-    """A sample on its way into a shard."""
-
-    tokens: np.ndarray
-    """int32 token ids."""
-    lengths: np.ndarray
-    """int32 length of each document or piece of a cut document."""
-    continues: bool
-    """The first entry continues the document that ends the sample before."""
-
-
-class ShardSink:
-    """Packs documents into samples of about ``sample_tokens`` and samples into shards."""
-
-    def __init__(self, out_dir: str, split: str, sample_tokens: int, shard_tokens: int, fs):
-        self.out_dir, self.split, self.fs = out_dir.rstrip("/"), split, fs
-        self.sample_tokens, self.shard_tokens = sample_tokens, shard_tokens
-        self.shards: list[ShardInfo] = []
-        self.pending_tokens = np.zeros(0, np.int32)
-        self.pending_lengths = np.zeros(0, np.int64)
-        self.pending_continues = False  # pending's first entry is the rest of a cut document
-        self.samples: list[Sample] = []
-        self.samples_tokens = 0
-
-    def add(self, tokens: np.ndarray, doc_lengths: np.ndarray) -> None:
-        """Append whole documents; full samples are cut off as soon as possible."""
-        tokens = tokens.astype(np.int32, copy=False)
-        # Not copied when nothing is pending: a whole-file corpus comes as one big document.
-        self.pending_tokens = (
-            np.concatenate([self.pending_tokens, tokens]) if len(self.pending_tokens) else tokens
-        )
-        self.pending_lengths = np.concatenate([self.pending_lengths, doc_lengths])
-        self.cut_samples(final=False)
-
-    def cut_samples(self, final: bool) -> None:
-        """Move full samples (or, if ``final``, everything) from pending into shards."""
-        ends = np.cumsum(self.pending_lengths)
-        start_doc, start_tok, size = 0, 0, self.sample_tokens
-        while start_doc < len(ends) and (final or ends[-1] - start_tok >= size):
-            stop = int(np.searchsorted(ends, start_tok + size, side="right"))  # docs that fit
-            if stop > start_doc:
-                end_tok, lengths = int(ends[stop - 1]), self.pending_lengths[start_doc:stop]
-                self.add_sample(self.pending_tokens[start_tok:end_tok], lengths)
-                self.pending_continues, start_doc, start_tok = False, stop, end_tok
-            else:  # a document longer than a sample: its next piece fills one
-                self.add_sample(self.pending_tokens[start_tok : start_tok + size], [size])
-                self.pending_continues, start_tok = True, start_tok + size
-                self.pending_lengths[start_doc] -= size  # ends keep their meaning
-        self.pending_tokens = self.pending_tokens[start_tok:]
-        self.pending_lengths = self.pending_lengths[start_doc:]
-
-    def add_sample(self, tokens: np.ndarray, lengths) -> None:
-        """Queue a sample, first closing the shard if the sample would overflow it."""
-        if self.samples and self.samples_tokens + len(tokens) > self.shard_tokens:
-            self.write_shard()
-        self.samples.append(Sample(tokens, np.asarray(lengths, np.int32), self.pending_continues))
-        self.samples_tokens += len(tokens)
-
-    def write_shard(self) -> None:
-        """Write the queued samples as the next shard tar and index it."""
-        buf = io.BytesIO()
-        with wds.TarWriter(buf, mtime=0) as tar:
-            for i, sample in enumerate(self.samples):
-                tar.write(
-                    {
-                        "__key__": f"{i:08d}",
-                        "lengths.npy": sample.lengths,
-                        "tokens.npy": sample.tokens,
-                    }
-                )
-        data = buf.getvalue()
-        name = f"{self.split}-{len(self.shards):06d}.tar"
-        self.fs.pipe_file(f"{self.out_dir}/{name}", data)
-        self.shards.append(index_shard(name, data, self.samples))
-        self.samples, self.samples_tokens = [], 0
-
-    def close(self) -> list[ShardInfo]:
-        """Flush everything and return the shard index."""
-        self.cut_samples(final=True)
-        if self.samples:
-            self.write_shard()
-        return self.shards
-
-
-def payload_offsets(data: bytes) -> list[int]:
-    """Byte offset of the raw array inside every .npy member of a tar, in member order."""
-    offsets = []
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        for member in tar.getmembers():
-            npy = io.BytesIO(data[member.offset_data : member.offset_data + 4096])
-            version = np.lib.format.read_magic(npy)
-            if version == (1, 0):
-                np.lib.format.read_array_header_1_0(npy)
-            else:
-                np.lib.format.read_array_header_2_0(npy)
-            offsets.append(member.offset_data + npy.tell())
-    return offsets
-
-
-def index_shard(name: str, data: bytes, samples: list[Sample]) -> ShardInfo:
-    """ShardInfo of a freshly written shard: members alternate lengths, tokens per sample."""
-    offsets = payload_offsets(data)
-    lengths_offsets, token_offsets = offsets[0::2], offsets[1::2]
-    sample_tokens = [len(s.tokens) for s in samples]
-    continues = [int(s.continues) for s in samples]
-    shard = ShardInfo(
-        url=name,
-        bytes=len(data),
-        sha256=hashlib.sha256(data).hexdigest(),
-        tokens=sum(sample_tokens),
-        documents=sum(len(s.lengths) for s in samples) - sum(continues),
-        sample_tokens=sample_tokens,
-        sample_documents=[len(s.lengths) for s in samples],
-        sample_offsets=token_offsets,
-        lengths_offsets=lengths_offsets,
-        sample_continues=continues,
-    )
-    shard.sample_crc32 = [
-        zlib.crc32(data[slice(*shard.sample_span(i))]) for i in range(len(samples))
-    ]
-    return shard
-
-
-# ---------------------------------------------------------------- reading and checking samples
-
-
 def decode_sample(
     span: bytes, shard: ShardInfo, index: int, url: str, vocab_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -418,101 +278,3 @@ def decode_sample(
     if n and (tokens.min() < 0 or tokens.max() >= vocab_size):
         raise ShardCorruptError(f"{url}: sample {index} holds ids outside [0, {vocab_size})")
     return tokens, lengths
-
-
-def root_tokenizer(root: str, storage_options: dict | None = None) -> Subword | None:
-    """The subword tokenizer a record dataset prepared at ``root`` keeps (None for a word or
-    character vocabulary)."""
-    fs, root_path = filesystem(root, storage_options)
-    if not fs.exists(f"{root_path}/{TOKENIZER_FILE}"):
-        return None
-    return Subword.load(f"{root.rstrip('/')}/{TOKENIZER_FILE}", storage_options)
-
-
-def verify(root: str, storage_options: dict | None = None) -> list[str]:
-    """Re-check a prepared dataset end to end; returns what was checked, raises on a problem."""
-    fs, root_path = filesystem(root, storage_options)
-    vocab: Subword | Vocab | None = root_tokenizer(root, storage_options)
-    if vocab is None:
-        vocab = Vocab.load(vocab_url(root), storage_options)
-    splits = [s for s in ("train", "valid", "test") if fs.exists(f"{root_path}/{s}/manifest.json")]
-    if not splits:
-        raise ManifestError(f"no split manifests under {root}")
-    return [verify_split(manifest_url(root, s), vocab, storage_options) for s in splits]
-
-
-def verify_split(url: str, vocab: Vocab | Subword, storage_options: dict | None = None) -> str:
-    """Check one split: vocab identity, every shard's size and sha256, every sample."""
-    manifest = load_manifest(url, storage_options)
-    if manifest.vocab_sha256 != vocab.sha256 or manifest.vocab_size != len(vocab):
-        raise VocabMismatchError(
-            f"{url} was prepared with another vocabulary ({manifest.vocab_size} tokens, "
-            f"sha256 {manifest.vocab_sha256[:12]}) than vocab.txt ({len(vocab)}, "
-            f"{vocab.sha256[:12]}); re-run txl-prepare"
-        )
-    for shard in manifest.shards:
-        verify_shard(shard_url(url, shard), shard, len(vocab), storage_options)
-    return f"{url}: {len(manifest.shards)} shards, {manifest.tokens} tokens OK"
-
-
-# Bytes per read while verifying: a shard is hashed as a stream, never held whole.
-READ_BYTES = 1 << 20
-
-
-def verify_shard(url: str, shard: ShardInfo, vocab_size: int, storage_options: dict | None) -> None:
-    """Size (asked first: the file may be anything, any size), then one pass over the bytes for
-    the sha256 and each sample's checks; a checksum mismatch names the first bad sample."""
-    fs, path = filesystem(url, storage_options)
-    with reading_prepared("shard", url):
-        size = fs.size(path)
-    if size != shard.bytes:
-        raise (ShardTruncatedError if size < shard.bytes else ShardCorruptError)(
-            f"{url}: {size} bytes, the manifest says {shard.bytes}; re-run txl-prepare"
-        )
-    # Over HTTP one plain GET read as a stream (no range support needed); elsewhere block reads.
-    block_size = 0 if "http" in fs.protocol else READ_BYTES
-    with (
-        reading_prepared("shard", url),
-        fs.open(path, "rb", block_size=block_size, cache_type="readahead") as f,
-    ):
-        digest, bad = scan_shard(f, shard, vocab_size, url)
-    if digest != shard.sha256:
-        damage = f"first bad sample: {bad}" if bad else "the samples pass: tar headers differ"
-        raise ChecksumError(
-            f"{url}: sha256 {digest} does not match the manifest's {shard.sha256}; {damage}"
-        )
-    if bad:
-        raise bad
-
-
-def scan_shard(f, shard: ShardInfo, vocab_size: int, url: str) -> tuple[str, DataError | None]:
-    """sha256 of a shard file object read front to back, and the first sample failing its checks.
-
-    Memory: one read of READ_BYTES or one sample (samples lie in file order, as check_manifest
-    made sure, so one pass sees each whole).
-    """
-    digest, pos, bad = hashlib.sha256(), 0, None
-
-    def read(n: int) -> bytes:  # n bytes, fewer only at the end (a stream may return less)
-        nonlocal pos
-        parts = []
-        while n > 0 and (part := f.read(n)):
-            parts.append(part)
-            n -= len(part)
-        data = b"".join(parts)
-        digest.update(data)
-        pos += len(data)
-        return data
-
-    for i in range(len(shard.sample_tokens)):
-        start, end = shard.sample_span(i)
-        while pos < start and read(min(READ_BYTES, start - pos)):
-            pass  # tar headers before the sample: hashed, not kept
-        span = read(end - start)
-        try:
-            decode_sample(span, shard, i, url, vocab_size)
-        except DataError as err:
-            bad = bad or err
-    while read(READ_BYTES):
-        pass
-    return digest.hexdigest(), bad

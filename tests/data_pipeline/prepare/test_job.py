@@ -15,7 +15,7 @@ import pytest
 
 from data_pipeline import ChecksumError, Vocab, load_manifest, manifest_url, prepare
 from data_pipeline.cli import main
-from data_pipeline.prepare import Settings
+from data_pipeline.prepare.settings import Settings
 from tests.data_pipeline.conftest import (
     SMALL,
     decoded_split,

@@ -14,7 +14,7 @@ import torch
 from tokenizers import Tokenizer
 
 from data_pipeline import TokenStreams, VocabMismatchError, manifest_url, prepare
-from data_pipeline.mixing import MixedStreams, MixSource, Reading
+from data_pipeline.streams import MixedStreams, MixSource, Reading
 from tests.data_pipeline.corpora.test_records import write_jsonl
 from tests.processes import python_ranks
 
@@ -115,7 +115,7 @@ def test_a_mix_realizes_its_token_shares_with_every_row_one_stream(corpora):
         documents = parse_row(row[:-1], g, refs)
         assert ("break", 0) not in documents, f"row {g} is not one stream of whole documents"
         # Document k's corpus is the draw of (seed, row, k), wherever the row stands.
-        drawn = [stream.names[stream.corpus_of(g, k)] for k in range(len(documents))]
+        drawn = [stream.names[stream.walk.corpus_of(g, k)] for k in range(len(documents))]
         assert [name for name, _ in documents] == drawn
         assert sum(n for _, n in documents) == steps * tgt_len
         for name, n in documents:
@@ -133,7 +133,7 @@ def test_resume_gives_the_same_next_batches_across_a_corpus_epoch(corpora, caplo
                             reading=Reading(block_tokens=3_000))  # fmt: skip
 
     stream, expected, logged, news_epoch = open_stream(), [], [], []
-    with caplog.at_level(logging.INFO, logger="data_pipeline.mixing"):
+    with caplog.at_level(logging.INFO, logger="data_pipeline.streams.mixing"):
         for batch in itertools.islice(stream, 640):
             expected.append(batch)
             logged.append([r.message for r in caplog.records])
@@ -150,7 +150,7 @@ def test_resume_gives_the_same_next_batches_across_a_corpus_epoch(corpora, caplo
     resumed = open_stream()
     resumed.load_state_dict(state)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="data_pipeline.mixing"):
+    with caplog.at_level(logging.INFO, logger="data_pipeline.streams.mixing"):
         for (x, y), (ex, ey) in zip(itertools.islice(resumed, 40), expected[k:], strict=True):
             assert torch.equal(x, ex) and torch.equal(y, ey)
     assert caplog.records == []  # the epoch it resumed in was announced before
@@ -200,7 +200,7 @@ def test_two_ranks_gather_the_state_and_tokens_of_one_process(corpora, tmp_path)
     mix = sources(corpora, {"wiki": 0.6, "news": 0.4})
     script = (
         "import itertools, sys, torch, torch.distributed as dist\n"
-        "from data_pipeline.mixing import MixedStreams, MixSource, Reading\n"
+        "from data_pipeline.streams import MixedStreams, MixSource, Reading\n"
         "rank = int(sys.argv[1])\n"
         f"dist.init_process_group('gloo', init_method='file://{tmp_path}/store', rank=rank, "
         "world_size=2)\n"

@@ -22,7 +22,7 @@ from data_pipeline import (
     verify,
 )
 from data_pipeline.cli import main
-from data_pipeline.storage import Retry
+from data_pipeline.shards.storage import Retry
 from tests.conftest import REPO_ROOT
 from tests.processes import run
 

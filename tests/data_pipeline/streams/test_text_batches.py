@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from data_pipeline.text_batches import TextBatches
+from data_pipeline.streams.text_batches import TextBatches
 
 
 def test_text_batches_split_their_rows_over_ranks():

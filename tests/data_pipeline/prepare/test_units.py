@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from data_pipeline.units import evenly_spaced
+from data_pipeline.prepare.units import evenly_spaced
 
 
 def pieces(sizes: list[int]) -> list[tuple[str, int, int, int]]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from data_pipeline.errors import DataError
-from data_pipeline.streams import IGNORE_INDEX, Geometry
+from data_pipeline.shards.errors import DataError
+from data_pipeline.streams.geometry import IGNORE_INDEX, Geometry
 
 
 class TextBatches:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from data_pipeline import SourceUnreachableError, TokenStreams, load_manifest, manifest_url
-from data_pipeline.storage import Retry, with_retries
+from data_pipeline.shards.storage import Retry, with_retries
 
 # Fast retries for tests; the defaults wait seconds.
 QUICK = Retry(attempts=3, first_wait_s=0.01, max_wait_s=0.05, timeout_s=0.5)

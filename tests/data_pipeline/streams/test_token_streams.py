@@ -12,9 +12,8 @@ import pytest
 import torch
 
 from data_pipeline import IGNORE_INDEX, TokenStreams, Vocab, VocabMismatchError, manifest_url
+from tests.data_pipeline.conftest import decoded_split
 from tests.processes import python_ranks, run
-
-from .conftest import decoded_split
 
 
 def split_ids(root: Path, split: str) -> np.ndarray:

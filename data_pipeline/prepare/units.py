@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import fsspec
 
 from data_pipeline.corpora.encoding import Documents
-from data_pipeline.errors import reading
+from data_pipeline.shards.errors import reading
 
 DEFAULT_UNIT_BYTES = 1 << 26
 WORK_DIR = ".prepare"
@@ -140,3 +140,9 @@ class Records:
         """Drop every record (after the manifests are written)."""
         if self.fs.exists(self.dir):
             self.fs.rm(self.dir, recursive=True)
+
+
+def describe(units: list[Unit]) -> str:
+    """``units train-00003, train-00007 are`` (the first few), for error messages."""
+    names = ", ".join(u.name for u in units[:5]) + (", ..." if len(units) > 5 else "")
+    return f"unit{'s' if len(units) > 1 else ''} {names} {'are' if len(units) > 1 else 'is'}"

@@ -16,6 +16,9 @@ from data_pipeline.corpora.encoding import Documents
 from data_pipeline.corpora.subword import Subword
 from data_pipeline.vocab import Vocab
 
+# What a job encodes with: a word or character vocabulary, or a subword tokenizer.
+Vocabulary = Vocab | Subword
+
 Piece = tuple[str, int, int, int]  # (file URL, start, stop, usable end of the file)
 
 
@@ -49,10 +52,10 @@ class PieceIds:
 
 # The vocabulary encode_piece maps to, set in each worker when its pool starts (fork: not copied
 # through a pipe) and in the main process when it encodes by itself.
-_vocab: Vocab | Subword | None = None
+_vocab: Vocabulary | None = None
 
 
-def set_vocab(vocab: Vocab | Subword | None) -> None:
+def set_vocab(vocab: Vocabulary | None) -> None:
     """Make ``vocab`` the one encode_piece uses in this process."""
     global _vocab
     _vocab = vocab
@@ -103,7 +106,7 @@ def in_own_process(fn: Callable[[], object], what: str) -> object:
 
 def run_pieces(
     fn: Callable, documents: Documents, pieces: list[Piece], storage_options: dict, workers: int,
-    vocab: Vocab | Subword | None = None,
+    vocab: Vocabulary | None = None,
 ) -> Iterator:  # fmt: skip
     """``fn(documents, piece, storage_options)`` for every piece, results in order; at most 2 pieces
     per worker in flight, so memory is bounded whatever the number of pieces."""

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from data_pipeline import ManifestError, ShardCorruptError, TokenStreams, manifest_url, verify
-from data_pipeline.errors import ChecksumError, ShardTruncatedError
-from data_pipeline.shards import ShardSink, load_manifest, verify_shard
-
-from .test_errors import read_epoch
+from data_pipeline.prepare.verify import verify_shard
+from data_pipeline.shards.errors import ChecksumError, ShardTruncatedError
+from data_pipeline.shards.format import load_manifest
+from data_pipeline.shards.writer import ShardSink
+from tests.data_pipeline.shards.test_errors import read_epoch
 
 
 def edit_manifest(root, change) -> dict:

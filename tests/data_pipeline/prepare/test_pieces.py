@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from data_pipeline.errors import CorpusFormatError
-from data_pipeline.pieces import in_own_process
+from data_pipeline.prepare.pieces import in_own_process
+from data_pipeline.shards.errors import CorpusFormatError
 
 
 def test_work_in_its_own_process_answers_from_another_process():

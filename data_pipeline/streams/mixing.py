@@ -1,0 +1,215 @@
+"""MixedStreams: training batches from several corpora mixed by weight, every row one stream.
+
+Rows. As in TokenStreams there are G = world_size x rows_per_rank global rows and rank r owns rows
+``[r * rows_per_rank, (r + 1) * rows_per_rank)``. Each corpus's epoch (its virtual token array of
+N tokens, in corpus or shuffled order exactly as token_streams.py makes it) is cut into G shares of
+``N // G`` tokens; row g only ever reads share g of each corpus. A row is a sequence of
+documents: at each document boundary it draws the corpus of its next document and reads that
+document from where its share of that corpus stands, token after token, so consecutive batches
+continue every row and no document is broken. The end of a share ends the document there; the
+share then starts again in the corpus's next epoch, in that epoch's own order, and the stream logs
+one line the first time each corpus starts an epoch.
+
+Draws. Document k of row g comes from corpus c with probability proportional to
+``weight_c / mean_document_tokens_c`` (tokens / documents of the corpus's split, from its
+manifest): the tokens a draw brings are then proportional to the weights, so weights are shares of
+tokens, not of documents. The draw is a counter-based hash (splitmix64) of (seed, g, k): it needs
+no history, and a row's documents do not depend on the world size.
+
+State. Per row: its document index and, per corpus, the epoch and offset of its share; nothing
+grows with the steps taken. ``state_dict()`` holds every global row (all ranks' rows, gathered
+over torch.distributed), so a state saved on one world size resumes on another with the same
+global rows, batch for batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from data_pipeline.shards.errors import VocabMismatchError
+from data_pipeline.shards.format import Manifest, load_manifest
+from data_pipeline.streams.batch_stream import BatchStream, check_vocab
+from data_pipeline.streams.geometry import check_layout
+from data_pipeline.streams.mix_rows import MixRows, RowCursor, draw_thresholds
+from data_pipeline.streams.prefetch import Prefetcher
+from data_pipeline.streams.shares import DEFAULT_READING, CorpusShares, MixSource, Reading
+
+log = logging.getLogger(__name__)
+
+STATE_KIND = "mix"
+STATE_VERSION = 1
+
+
+def check_same_vocabulary(names: list[str], manifests: list[Manifest]) -> None:
+    """Raise VocabMismatchError, naming two corpora that differ, unless all share one
+    vocabulary or tokenizer (same sha256 and size)."""
+    first = manifests[0]
+    for name, manifest in zip(names[1:], manifests[1:]):
+        if (manifest.vocab_sha256, manifest.vocab_size) != (first.vocab_sha256, first.vocab_size):
+            raise VocabMismatchError(
+                f"data.mix: corpora {names[0]} and {name} have different vocabularies "
+                f"({first.vocab_size} tokens, sha256 {first.vocab_sha256[:12]} vs "
+                f"{manifest.vocab_size}, {manifest.vocab_sha256[:12]}); prepare them with one "
+                "tokenizer (txl-prepare --tokenizer FILE, or --vocab FILE)"
+            )
+
+
+def all_ranks(rows: list[list[int]], world_size: int) -> list[list[int]]:
+    """Every rank's rows, in rank order (this rank's alone on one process)."""
+    if world_size == 1:
+        return rows
+    gathered: list = [None] * world_size
+    dist.all_gather_object(gathered, rows)
+    return [row for part in gathered for row in part]
+
+
+class MixedStreams(BatchStream):
+    """Batches ``(input_ids, targets)``, int64 ``[rows_per_rank, tgt_len]``, for one rank, from
+    several corpora mixed by weight; the interface of a training TokenStreams."""
+
+    def __init__(
+        self,
+        sources: list[MixSource],
+        rows_per_rank: int,
+        tgt_len: int,
+        *,
+        reading: Reading = DEFAULT_READING,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+        order: str = "corpus",
+        expected_vocab_size: int | None = None,
+    ):
+        check_layout(order, rank, world_size, rows_per_rank, tgt_len)
+        self.names = [s.name for s in sources]
+        manifests = [load_manifest(s.url, reading.storage_options, reading.retry) for s in sources]
+        check_same_vocabulary(self.names, manifests)
+        self.manifest = manifests[0]
+        if expected_vocab_size is not None:
+            check_vocab(self.manifest, sources[0].url, expected_vocab_size)
+        self.rank, self.rows, self.world_size = rank, rows_per_rank, world_size
+        self.global_rows, self.tgt_len = world_size * rows_per_rank, tgt_len
+        self.order, self.prefetch = order, reading.prefetch
+        self.corpora = [
+            CorpusShares(s, m, self.global_rows, reading, order, seed)
+            for s, m in zip(sources, manifests)
+        ]
+        thresholds = draw_thresholds([s.weight for s in sources], manifests)
+        steps_per_block = max(1, reading.block_tokens // (rows_per_rank * tgt_len))
+        self.walk = MixRows(
+            self.corpora, thresholds, seed, self.local_rows, tgt_len, steps_per_block
+        )
+        self.cursors = [RowCursor.start(len(sources)) for _ in range(rows_per_rank)]
+        self.next_step = 0
+        self.epoch, self.step, self.new_epoch = 0, -1, False
+        self.announced = {(i, 0) for i in range(len(sources))}  # (corpus, epoch) logged
+
+    @property
+    def local_rows(self) -> range:
+        """Global row numbers of this rank's rows."""
+        return range(self.rank * self.rows, (self.rank + 1) * self.rows)
+
+    def row_states(self) -> list[list[int]]:
+        """This rank's rows' cursors as lists of ints (the next batch's position)."""
+        return [c.to_list() for c in self.cursors]
+
+    def state_dict(self) -> dict:
+        """Position of the next batch, every global row's; the same on every rank (a collective
+        on more than one rank: every rank must call it)."""
+        return self.state_of(all_ranks(self.row_states(), self.world_size))
+
+    def state_of(self, rows: list[list[int]]) -> dict:
+        """The state dict of the global rows' cursors ``rows``."""
+        return {
+            "version": STATE_VERSION,
+            "kind": STATE_KIND,
+            "step": self.next_step,
+            "seed": self.walk.seed,
+            "order": self.order,
+            "global_rows": self.global_rows,
+            "tgt_len": self.tgt_len,
+            "corpora": list(self.names),
+            "rows": rows,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume at ``state``'s position (seed and order come from the state)."""
+        if state.get("kind") != STATE_KIND:
+            raise ValueError(
+                "stream state is of one corpus (data.path), this stream mixes corpora "
+                "(data.mix); resume a run with the data it was trained on"
+            )
+        for key in ("global_rows", "tgt_len", "corpora"):
+            mine = self.names if key == "corpora" else getattr(self, key)
+            if state[key] != mine:
+                raise ValueError(
+                    f"stream state has {key}={state[key]}, this stream {mine}; resume with the "
+                    "same global rows (world_size x rows_per_rank), tgt_len and data.mix names"
+                )
+        self.close()
+        self.walk.seed, self.order, self.next_step = state["seed"], state["order"], state["step"]
+        for corpus in self.corpora:
+            corpus.seed, corpus.order, corpus.orders, corpus.samples = (
+                state["seed"],
+                self.order,
+                {},
+                {},
+            )
+        self.cursors = [
+            RowCursor.from_list(state["rows"][g], len(self.corpora)) for g in self.local_rows
+        ]
+        self.announced = {
+            (i, e) for c in self.cursors for i, last in enumerate(c.epochs) for e in range(last + 1)
+        }
+
+    def mix_tokens(self) -> dict[str, int]:
+        """Tokens drawn so far from each corpus by all global rows (a collective, as
+        state_dict)."""
+        return self.tokens_drawn(all_ranks(self.row_states(), self.world_size))
+
+    def tokens_drawn(self, rows: list[list[int]]) -> dict[str, int]:
+        """Tokens the rows with cursors ``rows`` read from each corpus so far."""
+        cursors = [RowCursor.from_list(r, len(self.corpora)) for r in rows]
+        return {
+            c.name: sum(r.epochs[i] * c.share + r.offsets[i] for r in cursors)
+            for i, c in enumerate(self.corpora)
+        }
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.close()
+        start = [c.copy() for c in self.cursors]
+        self.active = Prefetcher(self.walk.blocks(start, self.next_step), self.prefetch)
+        return self.batches(self.active)
+
+    def announce_epochs(self) -> None:
+        """Log once per corpus and epoch, when the first row here gets there, that a corpus
+        ran out and starts over (at the batch that reaches it, not when it is read ahead)."""
+        for i, name in enumerate(self.names):
+            row, cursor = max(zip(self.local_rows, self.cursors), key=lambda rc: rc[1].epochs[i])
+            if (i, cursor.epochs[i]) not in self.announced:
+                self.announced.add((i, cursor.epochs[i]))
+                log.info(
+                    f"mix: corpus {name} ran out in row {row}; its epoch {cursor.epochs[i]} "
+                    "starts, in its own order"
+                )
+
+    def batches(self, prefetcher: Prefetcher) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Cut blocks into batches, tracking the position for state_dict()."""
+        T = self.tgt_len
+        try:
+            for block in prefetcher:
+                for k, cursors in enumerate(block.cursors):
+                    chunk = block.tokens[:, k * T : (k + 1) * T + 1].astype(np.int64)
+                    self.step = block.first_step + k
+                    self.new_epoch = self.step == 0
+                    self.cursors = cursors
+                    self.announce_epochs()
+                    self.next_step = self.step + 1
+                    yield torch.from_numpy(chunk[:, :-1]), torch.from_numpy(chunk[:, 1:])
+        finally:
+            prefetcher.close()

@@ -1,0 +1,148 @@
+"""One corpus of a mix: its epochs cut into one share per global row, the tokens and document
+ends of any range of a share, its samples loaded ahead and freed behind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from data_pipeline.shards.errors import DataError
+from data_pipeline.shards.format import Manifest
+from data_pipeline.shards.storage import DEFAULT_RETRY, Retry, filesystem
+from data_pipeline.streams.order import EpochOrder, shuffle_documents
+from data_pipeline.streams.reader import SampleReader
+from data_pipeline.streams.table import SampleTable
+
+
+@dataclass(frozen=True)
+class MixSource:
+    """One corpus of the mix: its name, the manifest URL of the split read, and its weight."""
+
+    name: str
+    """Key of mix_tokens."""
+    url: str
+    """Manifest URL of the split."""
+    weight: float
+    """Share of the tokens, relative to the other sources' weights."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How the corpora are read: storage, retries, and how far ahead."""
+
+    storage_options: dict | None = None
+    """fsspec storage options of the corpora's URLs."""
+    retry: Retry = DEFAULT_RETRY
+    """Retries of remote reads."""
+    prefetch: int = 2
+    """Blocks read ahead in the background."""
+    block_tokens: int = 1 << 16
+    """Tokens per rank read in one block (a walk over documents in Python: smaller blocks than
+    TokenStreams', so the prefetch stays a few hundred steps ahead)."""
+
+
+DEFAULT_READING = Reading()
+
+
+class CorpusShares:
+    """One corpus's epochs, cut into G shares; reads tokens and document ends of any range."""
+
+    def __init__(
+        self,
+        source: MixSource,
+        manifest: Manifest,
+        global_rows: int,
+        reading: Reading,
+        order: str,
+        seed: int,
+    ):
+        self.name, self.manifest = source.name, manifest
+        self.table = SampleTable(manifest, source.url)
+        options, retry = reading.storage_options, reading.retry
+        fs, _ = filesystem(source.url, options, retry)
+        paths = [filesystem(u, options, retry)[1] for u in self.table.urls]
+        self.reader = SampleReader(self.table, fs, paths, retry)
+        self.order, self.seed = order, seed
+        self.share = manifest.tokens // global_rows
+        if self.share < 1:
+            raise DataError(
+                f"{source.url}: {manifest.tokens} tokens are too few for {global_rows} rows; "
+                "use fewer rows or a larger corpus"
+            )
+        self.orders: dict[int, EpochOrder] = {}
+        self.samples: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def epoch_order(self, epoch: int) -> EpochOrder:
+        """The epoch's sample order (the newest few are kept)."""
+        if epoch not in self.orders:
+            if len(self.orders) >= 4:
+                del self.orders[min(self.orders)]
+            self.orders[epoch] = EpochOrder.of(self.table, self.order, self.seed, epoch)
+        return self.orders[epoch]
+
+    def load(self, epoch: int, start: int, stop: int) -> None:
+        """Fetch (in one go) the samples of ``epoch`` that cover virtual tokens [start, stop)."""
+        order = self.epoch_order(epoch)
+        first = int(np.searchsorted(order.starts, start, side="right")) - 1
+        last = int(np.searchsorted(order.starts, stop, side="left"))
+        missing = [j for j in range(first, last) if (epoch, j) not in self.samples]
+        if not missing:
+            return
+        fetched = self.reader.fetch(sorted(int(order.samples[j]) for j in missing))
+        for j in missing:
+            sample = int(order.samples[j])
+            tokens, lengths = fetched[sample]
+            cut = self.table.cut_ends(sample)
+            tokens, lengths = shuffle_documents(tokens, lengths, order, sample, cut)
+            ends = np.cumsum(lengths, dtype=np.int64)
+            if cut[1]:  # the last entry is a piece: its document goes on in the next sample
+                ends = ends[:-1]
+            self.samples[(epoch, j)] = tokens, ends
+
+    def document_stop(self, epoch: int, start: int, cap: int) -> tuple[int, bool]:
+        """(stop, ends): the first document end after ``start`` if it is <= ``cap`` (ends True),
+        else ``cap`` (ends False); samples up to ``cap`` must be loaded."""
+        order = self.epoch_order(epoch)
+        j = int(np.searchsorted(order.starts, start, side="right")) - 1
+        while order.starts[j] < cap:
+            _, ends = self.samples[(epoch, j)]
+            after = ends[ends > start - order.starts[j]]
+            if len(after):
+                stop = int(order.starts[j] + after[0])
+                return (stop, True) if stop <= cap else (cap, False)
+            j += 1
+        return cap, False
+
+    def tokens(self, epoch: int, start: int, stop: int) -> np.ndarray:
+        """Virtual tokens [start, stop) of ``epoch`` (their samples loaded)."""
+        order = self.epoch_order(epoch)
+        return np.concatenate(
+            [self.samples[(epoch, j)][0][a:b] for j, a, b in self.positions(order, start, stop)]
+        )
+
+    @staticmethod
+    def positions(order: EpochOrder, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
+        """(epoch-order index, begin, end) pieces covering virtual tokens [start, stop)."""
+        first = int(np.searchsorted(order.starts, start, side="right")) - 1
+        last = int(np.searchsorted(order.starts, stop, side="left"))
+        for j in range(first, last):
+            base = int(order.starts[j])
+            yield j, max(start, base) - base, min(stop, int(order.starts[j + 1])) - base
+
+    def forget_before(self, keep: list[tuple[int, int, int]]) -> None:
+        """Drop loaded samples no row needs again: ``keep`` holds each local row's (epoch,
+        position, share end); a sample stays if it reaches past a row's position in its share
+        (or lies in a later epoch)."""
+
+        def needed(epoch: int, j: int) -> bool:
+            starts = self.orders[epoch].starts if epoch in self.orders else None
+            return any(
+                epoch > row_epoch
+                or (epoch == row_epoch and starts is not None and starts[j] < end)
+                and starts[j + 1] > position
+                for row_epoch, position, end in keep
+            )
+
+        self.samples = {k: v for k, v in self.samples.items() if needed(*k)}
