@@ -52,3 +52,13 @@ ARCHIVE_BYTES = Limit("TXL_ARCHIVE_MAX_BYTES", 16 << 30)
 """Uncompressed bytes of a source archive's split files (lm1b's whole archive holds 4.2 GB)."""
 ARCHIVE_MEMBERS = Limit("TXL_ARCHIVE_MAX_MEMBERS", 10_000)
 """Members of a source archive (lm1b's holds a few hundred)."""
+
+
+class Oversized:
+    """Stands for a record over RECORD_BYTES, whose bytes were never held."""
+
+
+OVERSIZED = Oversized()
+"""What a record reader yields in place of a record over RECORD_BYTES (JSONL and Parquet)."""
+STREAM_RECORDS = 4096
+"""Records of a stream parsed and tokenized together: bounds a stream's text in memory."""

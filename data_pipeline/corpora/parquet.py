@@ -17,8 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from data_pipeline.corpora.records import OVERSIZED, STREAM_RECORDS
-from data_pipeline.limits import DECOMPRESSED_BYTES, RECORD_BYTES
+from data_pipeline.limits import DECOMPRESSED_BYTES, OVERSIZED, RECORD_BYTES, STREAM_RECORDS
 from data_pipeline.shards.errors import CorpusFormatError
 
 # Decoded bytes of text a batch makes Python strings of at once.

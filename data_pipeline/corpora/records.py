@@ -35,24 +35,21 @@ from data_pipeline.corpora.bytelevel import PreTokenCheck, PreTokenTooLong
 from data_pipeline.corpora.encoding import Documents, EncodedChunk
 from data_pipeline.corpora.splits import TextFiles
 from data_pipeline.corpora.subword import Subword
-from data_pipeline.limits import DECOMPRESSED_BYTES, RECORD_BYTES
+from data_pipeline.limits import (
+    DECOMPRESSED_BYTES,
+    OVERSIZED,
+    RECORD_BYTES,
+    STREAM_RECORDS,
+    Oversized,
+)
 from data_pipeline.shards.errors import CorpusFormatError, reading
 from data_pipeline.vocab import Vocab
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 PARQUET_SUFFIXES = (".parquet",)
-# Lines of a compressed file parsed and tokenized together (bounds a stream's text in memory).
-STREAM_RECORDS = 4096
 # Bytes read at a time: a line longer than the record cap is dropped as it streams past.
 READ_BYTES = 1 << 22
 SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-class Oversized:
-    """Stands for a record over limits.RECORD_BYTES, whose bytes were never held."""
-
-
-OVERSIZED = Oversized()
 
 
 @dataclass(frozen=True)
