@@ -17,6 +17,7 @@ import torch
 from tests.conftest import REPO_ROOT
 from txl_dist.config import load_run_config
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
+from txl_dist.engine.checkpoint.parts import DeepSpeedPart, RunPart, StreamPart
 from txl_dist.engine.evaluate import EvalResult, token_weighted
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
@@ -149,21 +150,26 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
 
     world, plan = World(rank=0, local_rank=0, world_size=1), config.plan(world_size=1)
     memory = MemoryBank(plan.accumulation)
-    checkpoints = SavesAsEvents.for_run(engine, memory, config, world, ROWS, start_step or None)
+    state = RunState(run_id="r", step=start_step, restarts=1 if start_step else 0)
+    streams = ListStreams(config.train.max_steps)
+    parts = [DeepSpeedPart(engine), RunPart(state), StreamPart(streams)]
+    checkpoints = SavesAsEvents.for_run(
+        parts, config, world, ROWS, streams, state.run_id, start_step or None
+    )
     return Trainer(
         config=config,
         world=world,
         device=CPU,
         engine=engine,
         scheduler=SimpleNamespace(get_last_lr=lambda: [1e-3]),
-        streams=ListStreams(config.train.max_steps),
+        streams=streams,
         memory=memory,
         metrics=Metrics(str(tmp_path), enabled=True, run={"run_id": "r", "restart": 0}),
         stop=StopAt(stop_at, lambda: engine.steps),
         watchdog=watchdog,
         evaluate_split=evaluate_split,
         checkpoints=checkpoints,
-        state=RunState(run_id="r", step=start_step, restarts=1 if start_step else 0),
+        state=state,
         plan=plan,
     )
 
@@ -230,7 +236,8 @@ def test_a_resumed_run_continues_from_its_step(tmp_path, valid_split):
     assert logged_steps(tmp_path) == [6]
     # The checkpoint records the trainer's place and the stream's (2 batches read since start).
     (saved,) = trainer.engine.saved
-    assert (saved.step, saved.run_id, saved.restarts, saved.stream) == (6, "r", 1, {"position": 2})
+    run, stream = saved.parts["run"], saved.parts["stream"]
+    assert (saved.step, saved.run_id, run["restarts"], stream) == (6, "r", 1, {"position": 2})
     assert (saved.world_size, saved.rows_per_rank, saved.vocab_sha256) == (1, ROWS, "ab" * 32)
 
 

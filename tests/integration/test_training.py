@@ -38,6 +38,7 @@ from tests.integration.runs import (
 )
 from txl_dist.config import load_run_config
 from txl_dist.engine import checkpoint
+from txl_dist.engine.checkpoint.parts.memory import rows_of
 from txl_dist.process import preflight
 
 # ---- ZeRO stages ----
@@ -151,7 +152,7 @@ def test_memory_rows_of_two_ranks_load_as_one_ranks_rows(uninterrupted):
         str(uninterrupted / "checkpoints" / f"global_step{K}"), "unused"
     )
     saved = [torch.load(Path(point.directory) / point.tag / f"memory_rank{r}.pt") for r in (0, 1)]
-    rows, _ = checkpoint.load_memories(point, rows_per_rank=8, rank=0)
+    rows, _ = rows_of(checkpoint.rank_states(point, "memory"), rows_per_rank=8, rank=0)
     for layer in range(len(rows)):
         assert torch.equal(rows[layer], torch.cat([s["memory"][layer] for s in saved]))
 

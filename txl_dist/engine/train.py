@@ -8,7 +8,6 @@ stream.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -280,15 +279,10 @@ class Trainer:
             tokens_per_s=result.tokens / max(result.seconds, 1e-9),
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        """Where the run is (RunState's fields): the trainer's part of a checkpoint."""
-        state = RunState(self.run_id, self.step, self.restarts, self.requeues)
-        return dataclasses.asdict(state)
-
     def _save(self) -> None:
         self._check_nonfinite()  # never save what should have ended the run
         with self.watchdog.phase("checkpoint save", self.step):
-            path = self.checkpoints.save(self.state_dict(), self.streams)
+            path = self.checkpoints.save(self.step)
         if self.checkpoints.in_background:
             self._announce(f"saving checkpoint {path} in the background")
         else:

@@ -31,7 +31,8 @@ from data_pipeline.corpora.subword import Subword
 from tests.conftest import REPO_ROOT
 from txl_dist.config import load_run_config
 from txl_dist.engine import checkpoint
-from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, background
+from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState, background
+from txl_dist.engine.checkpoint.parts import DeepSpeedPart, MemoryPart, TokenizerPart
 from txl_dist.engine.checkpoint.snapshot_memory import moments_to_come
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.process.dist import World, init_distributed
@@ -45,7 +46,7 @@ FILE_LIMIT = 1 << 20  # rank 1's largest file in the one-rank failure: below its
 # The data's tokenizer: a byte-level BPE of 300 tokens (any tokenizer does).
 TOKENIZER = Subword.train_bpe(300, iter(["the cat sat on the mat\n", "a dog sat on a log\n"] * 20))
 STATE = CheckpointState(
-    step=0, stream={}, world_size=2, global_rows=2, rows_per_rank=1, config={}, vocab_size=300,
+    step=0, world_size=2, global_rows=2, rows_per_rank=1, config={}, vocab_size=300,
     vocab_sha256=TOKENIZER.sha256, run_id="r1",
 )  # fmt: skip
 
@@ -131,10 +132,12 @@ def main(root: str) -> None:
     memory = MemoryBank(1)
     memory.set(0, [torch.full((1, 2, 3), float(rank))])
     config = load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), SETTINGS)
+    memories = MemoryPart(memory, rank, 1, torch.device("cpu"), 0, RunState("r1"))
+    parts = [DeepSpeedPart(engine), memories, TokenizerPart(TOKENIZER)]
     savers = {
         name: Checkpointer(
-            engine=engine,
-            memory=memory,
+            parts=parts,
+            facts={},
             config=config,
             world=world,
             rows_per_rank=1,
@@ -143,7 +146,6 @@ def main(root: str) -> None:
             keep_last=2,
             needed_bytes=NEEDED,
             async_save=name in ASYNC,
-            tokenizer=TOKENIZER,
         )
         for name, directory in dirs.items()
     }

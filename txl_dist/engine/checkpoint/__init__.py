@@ -2,8 +2,9 @@
 
 Layout of `{out_dir}/checkpoints/`:
     global_step{N}/            DeepSpeed's model / optimizer files for step N
-    global_step{N}/txl.json    CheckpointState: step, stream position, config, vocab, world size,
-                               and the size and CRC-32 of every other file of the checkpoint
+    global_step{N}/txl.json    CheckpointState: step, run id, config, vocab, world size, the
+                               record's parts (run, stream position) and the size and CRC-32
+                               of every other file of the checkpoint
     global_step{N}/memory_rank{r}.pt   rank r's memories (with their first global row) and RNG
     global_step{N}/tokenizer.json      subword data's tokenizer; its sha256 is txl.json's
                                        vocab_sha256, or the checkpoint is refused
@@ -15,7 +16,9 @@ A save writes `global_step{N}.partial/`, fsyncs and records every file, then ren
 complete checkpoint. Conversions are written the same way. A resume checks the record and, with
 `--resume auto`, passes over a damaged newest checkpoint to the previous intact one.
 
-    state.py         the layout's names, CheckpointState (txl.json), RunState, RNG states
+    parts/           what a checkpoint holds, one CheckpointPart each
+    state.py         the layout's names, CheckpointState (txl.json)
+    layout_v1.py     the reader of version 0 and 1 records
     integrity.py     fsync, sizes and CRC-32s, how a checkpoint differs from its record
     trusted.py       the pickle scan before anything loads, and the weights_only loader
     transaction.py   one save, in phases every rank passes together
@@ -27,13 +30,14 @@ complete checkpoint. Conversions are written the same way. A resume checks the r
 
 from txl_dist.engine.checkpoint.checkpointer import Checkpointer
 from txl_dist.engine.checkpoint.integrity import DamagedCheckpointError, damage, digests
+from txl_dist.engine.checkpoint.parts import CheckpointPart, Place, RunState
 from txl_dist.engine.checkpoint.resume import (
     ResumePoint,
     check_resumable,
     convert_to_universal,
     find_resume_point,
-    load_memories,
     needs_universal,
+    rank_states,
     restore,
 )
 from txl_dist.engine.checkpoint.retention import prune
@@ -46,10 +50,7 @@ from txl_dist.engine.checkpoint.state import (
     TAG_PATTERN,
     CheckpointState,
     CheckpointStateError,
-    RunState,
     read_latest,
-    rng_state,
-    set_rng_state,
     tag_for,
     tags_in,
 )
@@ -63,11 +64,13 @@ __all__ = [
     "PARTIAL",
     "STATE_VERSION",
     "TAG_PATTERN",
+    "CheckpointPart",
     "CheckpointSaveError",
     "CheckpointState",
     "CheckpointStateError",
     "Checkpointer",
     "DamagedCheckpointError",
+    "Place",
     "ResumePoint",
     "RunState",
     "SaveTransaction",
@@ -78,14 +81,12 @@ __all__ = [
     "damage",
     "digests",
     "find_resume_point",
-    "load_memories",
     "load_trusted",
     "needs_universal",
     "prune",
+    "rank_states",
     "read_latest",
     "restore",
-    "rng_state",
-    "set_rng_state",
     "tag_for",
     "tags_in",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import os
 from collections.abc import Callable
@@ -12,16 +11,15 @@ from typing import Any
 
 import torch.distributed as dist
 
-from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
 from txl_dist.engine.checkpoint import snapshot_memory
 from txl_dist.engine.checkpoint.arena import HostArena
 from txl_dist.engine.checkpoint.background import BackgroundSave
+from txl_dist.engine.checkpoint.parts import CheckpointPart, Place, rank_file
 from txl_dist.engine.checkpoint.retention import prune
 from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
 from txl_dist.engine.checkpoint.transaction import SaveTransaction
-from txl_dist.engine.memory import MemoryBank
 from txl_dist.process import preflight, resident
 from txl_dist.process.dist import World
 
@@ -32,10 +30,11 @@ log = logging.getLogger(__name__)
 class Checkpointer:
     """Saves complete checkpoints of this run; every rank calls it at the same steps."""
 
-    engine: Any
-    """The DeepSpeed engine whose model and optimizer states are saved."""
-    memory: MemoryBank
-    """This rank's memories, saved with the global rows they belong to."""
+    parts: list[CheckpointPart]
+    """What every checkpoint holds (build.py registers them; one is DeepSpeed's engine)."""
+    facts: dict[str, Any]
+    """What every record of this run says besides its step and parts (CheckpointState's
+    fields: the run id, world size, rows, config and vocabulary)."""
     config: RunConfig
     """The run's config, recorded in every checkpoint (secrets left out)."""
     world: World
@@ -61,9 +60,6 @@ class Checkpointer:
     available_memory: Callable[[], int] = snapshot_memory.available_bytes
     """Bytes of host memory this machine has available for snapshots, asked before each
     asynchronous save (a test injects a small figure to see the synchronous fallback)."""
-    tokenizer: Subword | None = None
-    """The training data's subword tokenizer, saved into every checkpoint as tokenizer.json
-    (None for a word or character vocabulary)."""
     _background: BackgroundSave | None = None
     _updates: int = 0  # optimizer updates this run (the arena is reserved once one step ran)
     _arena: HostArena = dataclasses.field(default_factory=HostArena)  # the snapshots' memory
@@ -72,20 +68,30 @@ class Checkpointer:
     @classmethod
     def for_run(
         cls,
-        engine,
-        memory: MemoryBank,
+        parts: list[CheckpointPart],
         config: RunConfig,
         world: World,
         rows_per_rank: int,
+        streams: TokenStreams,
+        run_id: str,
         resumed_step: int | None,
-        tokenizer: Subword | None = None,
     ) -> Checkpointer:
-        """The checkpoints of `config`'s run, which resumed at `resumed_step` (None: fresh),
-        carrying `tokenizer` if its data has one; with async_save, rank 0 says what its
+        """The checkpoints of `config`'s run `run_id` on `streams`' data, holding `parts`, which
+        resumed at `resumed_step` (None: fresh); with async_save, rank 0 says what its
         snapshots take (a collective)."""
+        facts = dict(
+            run_id=run_id,
+            world_size=world.world_size,
+            global_rows=config.train.global_rows,
+            rows_per_rank=rows_per_rank,
+            config=config.public_dict(),  # secrets never reach a checkpoint
+            vocab_size=streams.vocab_size,
+            vocab_sha256=streams.manifest.vocab_sha256,
+            level=streams.manifest.level,
+        )
         checkpointer = cls(
-            engine=engine,
-            memory=memory,
+            parts=parts,
+            facts=facts,
             config=config,
             world=world,
             rows_per_rank=rows_per_rank,
@@ -95,10 +101,14 @@ class Checkpointer:
             needed_bytes=preflight.checkpoint_bytes(config),
             saved_step=resumed_step,
             async_save=config.train.async_save,
-            tokenizer=tokenizer,
         )
         checkpointer.announce_snapshots()
         return checkpointer
+
+    @property
+    def engine(self) -> Any:
+        """The DeepSpeed engine, whose files the DEEPSPEED part has a save write."""
+        return next(p.state_dict() for p in self.parts if p.place is Place.DEEPSPEED)
 
     def due(self, step: int) -> bool:
         """Whether `step` ends a save interval."""
@@ -108,27 +118,17 @@ class Checkpointer:
         """Whether the newest checkpoint is of `step` (the run's end needs no other save)."""
         return self.saved_step == step
 
-    def save(self, trainer_state: dict[str, Any], streams: TokenStreams) -> str:
-        """Save the trainer's state (RunState's fields) and the stream's; returns the path
-        (with async_save, that of a checkpoint still being written: see `wait`)."""
-        path = self.write(self.state(trainer_state, streams))
-        self.saved_step = trainer_state["step"]
+    def save(self, step: int) -> str:
+        """Save every part as checkpoint `step`; returns the path (with async_save, that of a
+        checkpoint still being written: see `wait`)."""
+        path = self.write(self.record(step))
+        self.saved_step = step
         return path
 
-    def state(self, trainer_state: dict[str, Any], streams: TokenStreams) -> CheckpointState:
-        """What txl.json records: the trainer's and the streams' state and this run's facts."""
-        return CheckpointState(
-            **trainer_state,
-            stream=streams.state_dict(),
-            world_size=self.world.world_size,
-            global_rows=self.config.train.global_rows,
-            rows_per_rank=self.rows_per_rank,
-            config=self.config.public_dict(),  # secrets never reach a checkpoint
-            vocab_size=streams.vocab_size,
-            vocab_sha256=streams.manifest.vocab_sha256,
-            level=streams.manifest.level,
-            slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-        )
+    def record(self, step: int) -> CheckpointState:
+        """What txl.json records: this run's facts and the states of the record's parts."""
+        placed = {p.name: p.state_dict() for p in self.parts if p.place is Place.RECORD}
+        return CheckpointState(step=step, parts=placed, **self.facts)
 
     def write(self, state: CheckpointState) -> str:
         """Write `state` and every rank's files as checkpoint `state.step`, then prune; returns
@@ -219,24 +219,20 @@ class Checkpointer:
             background.wait()
 
     def _transaction(self, state: CheckpointState) -> SaveTransaction:
+        rank = self.world.rank
         return SaveTransaction(
             engine=self.engine,
             directory=self.directory,
             state=state,
-            memory=self.memory,
-            first_row=self.world.rank * self.rows_per_rank,
+            rank_files={
+                rank_file(p.name, rank): p.state_dict()
+                for p in self.parts
+                if p.place is Place.RANK_FILE
+            },
+            main_files={p.name: p.state_dict() for p in self.parts if p.place is Place.MAIN_FILE},
             needed_bytes=self.needed_bytes,
             after_phase=self.after_phase,
-            main_files=self._main_files,
         )
-
-    @functools.cached_property
-    def _main_files(self) -> dict[str, bytes]:
-        """What rank 0 writes into every checkpoint besides the ranks' states: the tokenizer
-        (the same bytes every save)."""
-        if self.tokenizer is None:
-            return {}
-        return {TOKENIZER_FILE: self.tokenizer.json_text.encode("utf-8")}
 
     def _published(self, tag: str, state: CheckpointState) -> str:
         """Prune once checkpoint `tag` is published; returns its path."""
