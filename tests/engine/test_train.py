@@ -17,7 +17,7 @@ import torch
 from tests.conftest import REPO_ROOT
 from txl_dist.config import load_run_config
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
-from txl_dist.engine.checkpoint.parts import DeepSpeedPart, RunPart, StreamPart
+from txl_dist.engine.checkpoint.parts import DeepSpeedPart, RunPart, SeenTokens, StreamPart
 from txl_dist.engine.evaluate import EvalResult, token_weighted
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
@@ -170,6 +170,7 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
         evaluate_split=evaluate_split,
         checkpoints=checkpoints,
         state=state,
+        seen=SeenTokens(),
         plan=plan,
     )
 
@@ -363,3 +364,15 @@ def test_each_slot_is_given_its_targets_cluster_sizes_counted_on_the_host(tmp_pa
     trainer.run()
     assert len(trainer.engine.sizes) == 6
     assert all(given == [total] for given, total in trainer.engine.sizes)
+
+
+def test_the_log_shows_the_tokens_this_rank_has_seen_since_the_run_began(tmp_path):
+    trainer = make_trainer(tmp_path, [], max_steps=4)
+    trainer.seen.tokens = 1000  # what a resumed checkpoint had seen
+    trainer.run()
+    rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    per_step = ROWS * TGT_LEN
+    assert [r["tokens_seen"] for r in rows if "split" not in r] == [
+        1000 + 2 * per_step,
+        1000 + 4 * per_step,
+    ]

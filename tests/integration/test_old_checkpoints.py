@@ -62,4 +62,7 @@ def test_a_version_1_checkpoint_resumes_with_the_losses_its_code_logged(first_li
     proc = train(out, first_lines, overrides=overrides, resume=str(saved))
     assert "resumed global_step4 at step 4" in proc.stdout
     assert train_losses(out) == RESUMED
+    # It counted no tokens: each rank had seen its 4 rows of 64 tokens a step.
+    seen = {r["step"]: r["tokens_seen"] for r in records(out) if "split" not in r}
+    assert seen == {step: step * 4 * 64 for step in RESUMED}
     assert [r["loss"] for r in records(out) if r.get("split") == "valid"] == [VALID]

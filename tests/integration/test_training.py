@@ -97,7 +97,7 @@ HARD_RESUME = [
     "train.stop_check_s=0",  # a stop agreed at the next step: an interrupted run stops early
 ]
 # What a resumed run must repeat exactly (timings, requeues and the like may differ).
-REPEATED = ("step", "split", "loss", "ppl", "lr", "grad_norm", "epoch", "tokens")
+REPEATED = ("step", "split", "loss", "ppl", "lr", "grad_norm", "epoch", "tokens", "tokens_seen")
 
 
 def repeated(rows: list[dict]) -> list[dict]:

@@ -27,8 +27,10 @@ from txl_dist.engine.checkpoint.parts import (
     DeepSpeedPart,
     MemoryPart,
     RunPart,
+    SeenTokens,
     StreamPart,
     TokenizerPart,
+    TokensPart,
 )
 from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
 from txl_dist.engine.graphs import graph_layers
@@ -87,8 +89,10 @@ def _assemble_trainer(
     engine, scheduler = initialize_engine(model, optimizer, scheduler, ds_config)
     streams = open_training_streams(config, world, rows=plan.rows_per_rank)
     memory = MemoryBank(plan.accumulation)
-    state = RunState(run_id=uuid.uuid4().hex[:12])
+    state, seen = RunState(run_id=uuid.uuid4().hex[:12]), SeenTokens()
     parts = checkpoint_parts(config, world, device, engine, streams, memory, state, plan)
+    per_step = plan.rows_per_rank * config.model.tgt_len
+    parts.append(TokensPart(seen, world.rank, world.world_size, per_step, state))
     if point is not None:
         with watchdog.phase("checkpoint load", point.client.step):
             checkpoint.check_resumable(
@@ -122,6 +126,7 @@ def _assemble_trainer(
             point.client.step if point else None,
         ),
         state=state,
+        seen=seen,
         plan=plan,
     )
     trainer.announce_job()

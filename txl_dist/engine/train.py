@@ -22,6 +22,7 @@ import torch.distributed as dist
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
 from txl_dist.engine.checkpoint import Checkpointer, RunState
+from txl_dist.engine.checkpoint.parts import SeenTokens
 from txl_dist.engine.evaluate import EvalResult
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import (
@@ -71,6 +72,7 @@ class Trainer:
         evaluate_split: Callable[[str], EvalResult],
         checkpoints: Checkpointer,
         state: RunState,
+        seen: SeenTokens,
         plan: RunPlan,
     ):
         self.config, self.world, self.device = config, world, device
@@ -79,6 +81,7 @@ class Trainer:
         self.evaluate_split, self.checkpoints = evaluate_split, checkpoints
         self.run_id, self.step = state.run_id, state.step
         self.restarts, self.requeues = state.restarts, state.requeues
+        self.seen = seen
         self.plan = plan
         self.nonfinite, self.skipped_steps = _NonFinite(device), 0
         self.throughput = Throughput.of(
@@ -121,6 +124,7 @@ class Trainer:
                 with self.out_of_memory:
                     loss = self.train_step(input_ids, targets)
                 self.nonfinite.add(loss)
+                self.seen.tokens += input_ids.numel()
                 tokens = self.plan.rows_per_rank * input_ids.size(1) * self.world.world_size
                 window.add(loss, tokens, fetched - started, time.perf_counter() - started)
                 self.step += 1
@@ -244,6 +248,7 @@ class Trainer:
             if self.plan.precision == "fp16"
             else None,
             tokens_per_s=tokens_per_s,
+            tokens_seen=self.seen.tokens,  # rank 0's: every rank takes as many
             step_time_s=w.seconds / w.steps,
             data_wait_s=w.data_wait / w.steps,
             mfu=self.throughput.mfu(tokens_per_s),

@@ -5,6 +5,7 @@ run.py        RunState and its part: restarts, requeues, the saving SLURM job
 stream.py     the training streams' position
 memory.py     each rank's memories with their global rows, and its RNG states
 tokenizer.py  the data's subword tokenizer, as tokenizer.json
+tokens.py     the training tokens each rank has seen
 deepspeed.py  DeepSpeed's engine, which writes and loads its own files
 """
 
@@ -14,6 +15,7 @@ from txl_dist.engine.checkpoint.parts.part import CheckpointPart, Place, rank_fi
 from txl_dist.engine.checkpoint.parts.run import RunPart, RunState
 from txl_dist.engine.checkpoint.parts.stream import StreamPart
 from txl_dist.engine.checkpoint.parts.tokenizer import TokenizerPart
+from txl_dist.engine.checkpoint.parts.tokens import SeenTokens, TokensPart
 
 __all__ = [
     "CheckpointPart",
@@ -23,7 +25,9 @@ __all__ = [
     "Place",
     "RunPart",
     "RunState",
+    "SeenTokens",
     "StreamPart",
     "TokenizerPart",
+    "TokensPart",
     "rank_file",
 ]
