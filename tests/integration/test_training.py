@@ -445,7 +445,7 @@ def test_sigterm_during_a_background_write_finishes_it_saves_and_exits_0(small_c
     stopped = (checkpoints / checkpoint.LATEST).read_text()
     step = int(stopped.removeprefix("global_step"))
     assert f"stopping at step {step}: " in output and 2 < step < 1000
-    # Said at start-up: the snapshots' host memory (txl_dist.engine.checkpoint.snapshot_memory).
+    # Said at start-up: the snapshots' host memory (txl_dist.engine.checkpoint.snapshot.memory).
     assert re.search(r"hold a snapshot in host memory: [\d.]+ GiB on rank 0, the others", output)
     for tag in ("global_step2", stopped):  # the paused save completed, then the stop's
         assert checkpoint.find_resume_point(str(checkpoints / tag), "unused").tag == tag

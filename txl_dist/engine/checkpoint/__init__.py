@@ -17,19 +17,15 @@ complete checkpoint. Conversions are written the same way. A resume checks the r
 `--resume auto`, passes over a damaged newest checkpoint to the previous intact one.
 
     parts/           what a checkpoint holds, one CheckpointPart each
+    store/           the transport: atomic saves, integrity, writes, trust, retention
+    snapshot/        asynchronous saves' snapshots in host memory and their thread
     state.py         the layout's names, CheckpointState (txl.json)
     layout_v1.py     the reader of version 0 and 1 records
-    integrity.py     fsync, sizes and CRC-32s, how a checkpoint differs from its record
-    trusted.py       the pickle scan before anything loads, and the weights_only loader
-    transaction.py   one save, in phases every rank passes together
-    background.py    train.async_save: the snapshot in host memory, the thread that writes it
-    retention.py     pruning to train.keep_last
     checkpointer.py  Checkpointer: when a save is due, what it records; the loop's one call
-    resume.py        finding an intact checkpoint and loading it into a run
+    resume.py        finding an intact checkpoint and loading its parts into a run
 """
 
 from txl_dist.engine.checkpoint.checkpointer import Checkpointer
-from txl_dist.engine.checkpoint.integrity import DamagedCheckpointError, damage, digests
 from txl_dist.engine.checkpoint.parts import CheckpointPart, Place, RunState
 from txl_dist.engine.checkpoint.resume import (
     ResumePoint,
@@ -40,7 +36,6 @@ from txl_dist.engine.checkpoint.resume import (
     rank_states,
     restore,
 )
-from txl_dist.engine.checkpoint.retention import prune
 from txl_dist.engine.checkpoint.state import (
     CHECKPOINT_DIR,
     CLIENT_FILE,
@@ -54,8 +49,14 @@ from txl_dist.engine.checkpoint.state import (
     tag_for,
     tags_in,
 )
-from txl_dist.engine.checkpoint.transaction import CheckpointSaveError, SaveTransaction
-from txl_dist.engine.checkpoint.trusted import UnsafeCheckpointError, check_pickles, load_trusted
+from txl_dist.engine.checkpoint.store.integrity import DamagedCheckpointError, damage, digests
+from txl_dist.engine.checkpoint.store.retention import prune
+from txl_dist.engine.checkpoint.store.transaction import CheckpointSaveError, SaveTransaction
+from txl_dist.engine.checkpoint.store.trusted import (
+    UnsafeCheckpointError,
+    check_pickles,
+    load_trusted,
+)
 
 __all__ = [
     "CHECKPOINT_DIR",

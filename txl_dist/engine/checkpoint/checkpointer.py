@@ -13,13 +13,13 @@ import torch.distributed as dist
 
 from data_pipeline.streams import TokenStreams
 from txl_dist.config import RunConfig
-from txl_dist.engine.checkpoint import snapshot_memory
-from txl_dist.engine.checkpoint.arena import HostArena
-from txl_dist.engine.checkpoint.background import BackgroundSave
 from txl_dist.engine.checkpoint.parts import CheckpointPart, Place, rank_file
-from txl_dist.engine.checkpoint.retention import prune
+from txl_dist.engine.checkpoint.snapshot import memory as snapshot_memory
+from txl_dist.engine.checkpoint.snapshot.arena import HostArena
+from txl_dist.engine.checkpoint.snapshot.background import BackgroundSave
 from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
-from txl_dist.engine.checkpoint.transaction import SaveTransaction
+from txl_dist.engine.checkpoint.store.retention import prune
+from txl_dist.engine.checkpoint.store.transaction import SaveTransaction
 from txl_dist.process import preflight, resident
 from txl_dist.process.dist import World
 

@@ -14,13 +14,6 @@ from typing import Any
 import torch.distributed as dist
 
 from txl_dist.config import ConfigError
-from txl_dist.engine.checkpoint.integrity import (
-    DamagedCheckpointError,
-    damage,
-    fsync,
-    fsync_tree,
-    tokenizer_damage,
-)
 from txl_dist.engine.checkpoint.parts import CheckpointPart, Location, Place, RunState, rank_file
 from txl_dist.engine.checkpoint.state import (
     CHECKPOINT_DIR,
@@ -33,7 +26,14 @@ from txl_dist.engine.checkpoint.state import (
     step_of,
     tags_in,
 )
-from txl_dist.engine.checkpoint.trusted import check_pickles, load_trusted
+from txl_dist.engine.checkpoint.store.integrity import (
+    DamagedCheckpointError,
+    damage,
+    fsync,
+    fsync_tree,
+    tokenizer_damage,
+)
+from txl_dist.engine.checkpoint.store.trusted import check_pickles, load_trusted
 from txl_dist.files import new_directory
 from txl_dist.process.dist import World
 

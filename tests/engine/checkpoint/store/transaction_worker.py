@@ -5,7 +5,7 @@ synchronous one, taken while the next step trains, one whose background write fa
 rank, one falling back to a synchronous save because rank 1's machine says it has no memory
 available), and a synchronous and an asynchronous save where links were planted.
 
-python -c "from tests.engine.checkpoint.transaction_worker import main; main(ROOT)" RANK
+python -c "from tests.engine.checkpoint.store.transaction_worker import main; main(ROOT)" RANK
 prints `RESULT {json}`: what this rank's saves raised, whether the kept checkpoint reloads, the
 phases the after_phase hook heard, the warnings logged, the lines on the snapshots' reserved
 memory and this rank's snapshot estimate.
@@ -31,9 +31,10 @@ from data_pipeline.corpora.subword import Subword
 from tests.conftest import REPO_ROOT
 from txl_dist.config import load_run_config
 from txl_dist.engine import checkpoint
-from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState, background
+from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
 from txl_dist.engine.checkpoint.parts import DeepSpeedPart, MemoryPart, TokenizerPart
-from txl_dist.engine.checkpoint.snapshot_memory import moments_to_come
+from txl_dist.engine.checkpoint.snapshot import background
+from txl_dist.engine.checkpoint.snapshot.memory import moments_to_come
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.process.dist import World, init_distributed
 

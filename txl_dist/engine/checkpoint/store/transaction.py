@@ -36,17 +36,11 @@ from typing import Any
 
 import torch.distributed as dist
 
-from txl_dist.engine.checkpoint.arena import HostArena, HostFile, serialized
-from txl_dist.engine.checkpoint.background import (
+from txl_dist.engine.checkpoint.snapshot.arena import HostArena, HostFile, serialized
+from txl_dist.engine.checkpoint.snapshot.background import (
     SerializingEngine,
     save_to,
     serializing,
-)
-from txl_dist.engine.checkpoint.integrity import (
-    digests,
-    files_under,
-    fsync,
-    write_synced,
 )
 from txl_dist.engine.checkpoint.state import (
     CLIENT_FILE,
@@ -57,7 +51,13 @@ from txl_dist.engine.checkpoint.state import (
     read_latest,
     tag_for,
 )
-from txl_dist.engine.checkpoint.writes import write_files
+from txl_dist.engine.checkpoint.store.integrity import (
+    digests,
+    files_under,
+    fsync,
+    write_synced,
+)
+from txl_dist.engine.checkpoint.store.writes import write_files
 from txl_dist.files import new_directory, own_directory, remove
 from txl_dist.process.preflight import DiskRoom
 
