@@ -16,6 +16,7 @@ import torch
 
 from tests.conftest import REPO_ROOT
 from txl_dist.config import load_run_config
+from txl_dist.engine.build import record_facts
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
 from txl_dist.engine.checkpoint.parts import DeepSpeedPart, RunPart, SeenTokens, StreamPart
 from txl_dist.engine.evaluate import EvalResult, token_weighted
@@ -109,9 +110,10 @@ class SavesAsEvents(Checkpointer):
     """A Checkpointer whose write records the state and the watchdog's phase, nothing else."""
 
     def write(self, state: CheckpointState) -> str:
-        self.engine.events.append(f"save@{state.step}")
-        self.engine.phases.append(self.engine.watchdog.current)
-        self.engine.saved.append(state)
+        engine = self.budget.engine
+        engine.events.append(f"save@{state.step}")
+        engine.phases.append(engine.watchdog.current)
+        engine.saved.append(state)
         return f"checkpoints/global_step{state.step}"
 
 
@@ -153,9 +155,8 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
     state = RunState(run_id="r", step=start_step, restarts=1 if start_step else 0)
     streams = ListStreams(config.train.max_steps)
     parts = [DeepSpeedPart(engine), RunPart(state), StreamPart(streams)]
-    checkpoints = SavesAsEvents.for_run(
-        parts, config, world, ROWS, streams, state.run_id, start_step or None
-    )
+    facts = record_facts(config, world, ROWS, streams, state.run_id)
+    checkpoints = SavesAsEvents.for_run(parts, facts, config, world, start_step or None)
     return Trainer(
         config=config,
         world=world,
