@@ -7,10 +7,11 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.test_config import PRESETS, preset
-from txl_dist.cli.export import open_checkpoint, readme
+from txl_dist.cli.export import readme
 from txl_dist.cli.inspect_model import inspect_config
 from txl_dist.config import ConfigError, apply_overrides, run_config_from_dict
 from txl_dist.engine.checkpoint import CheckpointState
+from txl_dist.engine.checkpoint.consolidate import open_checkpoint
 from txl_dist.model.accounting import activation_bytes_per_row
 
 
