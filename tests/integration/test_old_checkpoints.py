@@ -7,7 +7,7 @@ commit ad34f16 from the repository root by
         --config configs/tiny.json --set data.path=DATA --set train.out_dir=OUT \
         [--set S for each S of runs.TEST_SETTINGS and MODEL below] --set train.max_steps=4
 
-on DATA prepared as the `first_lines` fixture prepares it, then copied from OUT/checkpoints.
+on DATA prepared as the `own_vocabulary` fixture prepares it, then copied from OUT/checkpoints.
 Resumed by that commit with train.max_steps=8, it logged RESUMED's losses.
 """
 
@@ -20,6 +20,7 @@ import pytest
 
 from data_pipeline.cli import main as prepare_main
 from tests.conftest import REPO_ROOT
+from tests.integration.conftest import first_lines
 from tests.integration.runs import records, train, train_losses
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "checkpoint_v1" / "global_step4"
@@ -41,25 +42,20 @@ VALID = 7.115456930175754
 
 
 @pytest.fixture(scope="module")
-def first_lines(shared_data, tmp_path_factory) -> Path:
-    """WikiText-103's first 70 train and 30 valid lines with their own vocabulary (1,465 words)."""
-    root = tmp_path_factory.mktemp("first_lines")
-    (root / "src").mkdir()
-    for split, lines in (("train", 70), ("valid", 30)):
-        with open(shared_data / "wikitext-103" / f"wiki.{split}.tokens", encoding="utf-8") as f:
-            head = [next(f) for _ in range(lines)]
-        (root / "src" / f"{split}.txt").write_text("".join(head), encoding="utf-8")
-    args = ["--dataset", "text", "--text-docs", "block", "--source", str(root / "src")]
+def own_vocabulary(shared_data, tmp_path_factory) -> Path:
+    """conftest.first_lines with their own vocabulary (1,465 words)."""
+    root = tmp_path_factory.mktemp("own_vocabulary")
+    args = first_lines(shared_data, root / "src")
     assert prepare_main([*args, "--out", str(root / "data"), "--no-progress"]) == 0
     return root / "data"
 
 
-def test_a_version_1_checkpoint_resumes_with_the_losses_its_code_logged(first_lines, tmp_path):
+def test_a_version_1_checkpoint_resumes_with_the_losses_its_code_logged(own_vocabulary, tmp_path):
     saved = tmp_path / "checkpoints" / FIXTURE.name
     shutil.copytree(FIXTURE, saved)  # a resume reads it only; the fixture stays as it is
     out = tmp_path / "resumed"
     overrides = [*MODEL, "train.max_steps=8"]
-    proc = train(out, first_lines, overrides=overrides, resume=str(saved))
+    proc = train(out, own_vocabulary, overrides=overrides, resume=str(saved))
     assert "resumed global_step4 at step 4" in proc.stdout
     assert train_losses(out) == RESUMED
     # It counted no tokens: each rank had seen its 4 rows of 64 tokens a step.
