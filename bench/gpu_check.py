@@ -56,7 +56,7 @@ from bench.step_profile import corpus_tokens, profile_step, uniform_tokens  # no
 from bench.train_step import reference_step  # noqa: E402
 from bench.vs_reference import reference_tree  # noqa: E402
 from data_pipeline.cli import main as prepare_main  # noqa: E402
-from txl_dist.config import run_config_from_dict  # noqa: E402
+from txl_dist.config.sections import run_config_from_dict  # noqa: E402
 from txl_dist.engine.build import compile_layers  # noqa: E402
 from txl_dist.engine.metrics import device_peak_tflops  # noqa: E402
 from txl_dist.model import TransformerXL, TXLConfig  # noqa: E402

@@ -107,7 +107,7 @@ def model_state_bytes(engine) -> int:
 def built_trainer(argv: list[str]):
     """(config, world, Trainer) of this rank for pretrain's command line, started afresh."""
     from txl_dist.cli.pretrain import parse_args
-    from txl_dist.config import load_run_config
+    from txl_dist.config.loading import load_run_config
     from txl_dist.engine.build import build_trainer
     from txl_dist.process.dist import world_from_env
 

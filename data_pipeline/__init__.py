@@ -9,6 +9,12 @@ Public API::
     DataError and its subclasses
 
 See ``shards.py`` for the on-disk layout and ``streams.py`` for the row layout and state.
+
+Modules: corpora/ (corpus readers); prepare.py (the pipeline) and cli.py (its command line),
+units.py, pieces.py, wordids.py, vocab.py and cache.py (its work and vocabulary); shards.py
+(shards and manifests); streams.py, mixing.py and text_batches.py (training and evaluation
+batches); storage.py (file systems with retries); errors.py, redact.py and limits.py (errors,
+secrets and caps on untrusted input).
 """
 
 from data_pipeline.errors import (

@@ -7,6 +7,7 @@ under launch/ (shell scripts, batch scripts and the constraints too).
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -62,3 +63,37 @@ def test_layout_page_names_every_module_once_and_only_modules_that_exist():
         if paths
     ]
     assert not problems, "docs/layout.md is out of date: " + "; ".join(problems)
+
+
+def unnamed_members(package: Path) -> list[str]:
+    """The modules (`name.py`) and subpackages (`name/`) of a package that its __init__.py's
+    docstring does not name."""
+    docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    members = [f"{path.stem}.py" for path in package.glob("*.py")]
+    members += [f"{path.name}/" for path in package.iterdir() if (path / "__init__.py").exists()]
+    skipped = {"__init__.py", "__main__.py"}
+    return sorted(
+        m for m in members if m not in skipped and not re.search(rf"\b{re.escape(m)}", docstring)
+    )
+
+
+def test_unnamed_members_are_the_modules_and_subpackages_a_docstring_leaves_out(tmp_path):
+    for name in ("a.py", "b.py", "__main__.py", "sub/__init__.py", "data/x.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / "__init__.py").write_text(
+        '"""The package: a.py reads; bb.py and sub are other names."""'
+    )
+    assert unnamed_members(tmp_path) == ["b.py", "sub/"]
+
+
+def test_every_package_docstring_names_every_module_of_its_package():
+    packages = [
+        init.parent for top in PY_DIRS[:2] for init in (REPO_ROOT / top).rglob("__init__.py")
+    ]
+    problems = [
+        f"{package.relative_to(REPO_ROOT)}/__init__.py does not name {', '.join(missing)}"
+        for package in sorted(packages)
+        if (missing := unnamed_members(package))
+    ]
+    assert not problems, "; ".join(problems)

@@ -22,10 +22,10 @@ from data_pipeline.vocab import EOS, Vocab
 from tests.data_pipeline.paper_inputs import write_zip
 from txl_dist.cli import USAGE_ERROR
 from txl_dist.cli.evaluate import EvalReport, check_data_vocab, main, render, text_ids
-from txl_dist.context import SweepRow, effective_context, read_csv, recl
+from txl_dist.exports.context import SweepRow, effective_context, read_csv, recl
+from txl_dist.exports.sweep import SweepResult
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.attention import sinusoid_encoding
-from txl_dist.sweep import SweepResult
 
 WORDS = [f"w{i}" for i in range(60)]
 

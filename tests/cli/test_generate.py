@@ -12,7 +12,7 @@ from data_pipeline.vocab import Vocab
 from tests.data_pipeline import paper_inputs as pi
 from txl_dist.cli import USAGE_ERROR
 from txl_dist.cli.generate import main
-from txl_dist.generation import CharDetokenizer, Sampling, generate, prompt_ids
+from txl_dist.exports.generation import CharDetokenizer, Sampling, generate, prompt_ids
 from txl_dist.model import TransformerXL, TXLConfig
 
 VOCAB = Vocab(["<eos>", "<unk>", *(f"w{i}" for i in range(98))])

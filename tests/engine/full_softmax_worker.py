@@ -11,7 +11,7 @@ import deepspeed
 import torch
 import torch.distributed as dist
 
-from txl_dist.config import load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.engine.build import build_model, build_optimizer, deepspeed_config
 from txl_dist.process.dist import end_distributed, init_distributed, world_from_env
 

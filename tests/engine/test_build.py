@@ -11,7 +11,7 @@ import torch
 from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import DEEPSPEED, free_port
-from txl_dist.config import load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.engine.build import _checkpoint_layers, build_model, deepspeed_config
 from txl_dist.model import TransformerXL, TXLConfig
 
@@ -78,7 +78,7 @@ def test_activation_checkpointing_keeps_loss_and_gradients():
 
 FP32_ZERO0_STEPS = """
 import json, sys, torch, torch.distributed as dist
-from txl_dist.config import load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.engine.build import build_model, build_optimizer, deepspeed_config, initialize_engine
 from txl_dist.process.dist import World, end_distributed, init_distributed
 
@@ -151,7 +151,7 @@ def test_one_fp32_zero0_rank_steps_as_plain_torch_and_calls_no_collective():
 ONE_RANK_STAGES = """
 import json, sys, torch
 from deepspeed.accelerator import get_accelerator
-from txl_dist.config import load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.engine.build import build_model, build_optimizer, deepspeed_config, initialize_engine
 from txl_dist.process.dist import World, end_distributed, init_distributed
 

@@ -8,7 +8,7 @@ import torch
 from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import DEEPSPEED, free_port
-from txl_dist.config import load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.engine.build import build_model
 
 # The tiny model with enwik8's vocabulary size and a full softmax, in fp32 (bf16 is slow here),

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO_ROOT
-from txl_dist.config import load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.engine.build import record_facts
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
 from txl_dist.engine.checkpoint.parts import DeepSpeedPart, RunPart, SeenTokens, StreamPart

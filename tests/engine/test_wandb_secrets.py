@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from txl_dist.config import WandbConfig
+from txl_dist.config.sections import WandbConfig
 from txl_dist.engine.metrics import Metrics, wandb_mode
 
 

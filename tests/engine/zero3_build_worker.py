@@ -8,7 +8,7 @@ import sys
 import deepspeed
 import torch
 
-from txl_dist.config import load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.engine.build import build_model, deepspeed_config
 from txl_dist.process.dist import end_distributed, init_distributed, world_from_env
 

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from data_pipeline.vocab import Vocab
-from txl_dist.generation import Sampling, generate
+from txl_dist.exports.generation import Sampling, generate
 from txl_dist.hf.export import save_hf
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.transformer import VOCAB_FILE

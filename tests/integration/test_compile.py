@@ -6,7 +6,8 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import eval_ppl, train, train_losses
-from txl_dist.config import ConfigError, load_run_config
+from txl_dist.config.loading import load_run_config
+from txl_dist.schema import ConfigError
 
 STEPS = 6  # a recompile per step would show 4 or more
 # fp32 on one process (`python launch/pretrain.py`), so the two runs differ only by compile;

@@ -28,7 +28,7 @@ from tests.integration.real_size import lm1b_real_size, wikitext_real_size
 from tests.integration.runs import DEEPSPEED, PRETRAIN, free_port, records
 from txl_dist.cli import USAGE_ERROR, evaluate
 from txl_dist.cli.export import export
-from txl_dist.config import load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.model.accounting import build_on_meta, count_parameters
 
 STEPS = 2  # the first without memory; the second with it, on the first update's weights

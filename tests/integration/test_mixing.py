@@ -29,9 +29,9 @@ from txl_dist.cli.export import export
 from txl_dist.engine.checkpoint import CLIENT_FILE
 from txl_dist.engine.checkpoint.consolidate import ExportError
 from txl_dist.engine.evaluate import evaluate as score
-from txl_dist.export_text import ExportText
-from txl_dist.exported import load_for_evaluation
-from txl_dist.generation import shown
+from txl_dist.exports.generation import shown
+from txl_dist.exports.loading import load_for_evaluation
+from txl_dist.exports.text import ExportText
 
 ROWS, TGT_LEN = 8, 64  # the tiny config's global rows and tgt_len
 LAYOUT = {"sample_size": 5_000, "shard_size": 50_000, "progress": False}

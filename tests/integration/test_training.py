@@ -36,7 +36,7 @@ from tests.integration.runs import (
     train_losses,
     training_after,
 )
-from txl_dist.config import load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint.parts.memory import rows_of
 from txl_dist.process import preflight

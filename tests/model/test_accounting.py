@@ -10,7 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tests.conftest import REPO_ROOT
 from txl_dist.cli.inspect_model import inspect_config
-from txl_dist.config import load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.accounting import (
     TAIL_TARGET_SHARE,

@@ -1,7 +1,7 @@
 import pytest
 
-from txl_dist.config import ConfigError
 from txl_dist.model import TXLConfig
+from txl_dist.schema import ConfigError
 
 
 def test_unknown_key_names_the_closest_valid_one():

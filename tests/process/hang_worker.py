@@ -13,7 +13,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from txl_dist.config import TrainConfig
+from txl_dist.config.sections import TrainConfig
 from txl_dist.logs import configure_logging
 from txl_dist.process.watchdog import Watchdog
 

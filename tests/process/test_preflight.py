@@ -7,8 +7,9 @@ import pytest
 
 from data_pipeline.cli import main as prepare_main
 from tests.conftest import REPO_ROOT
-from txl_dist.config import ConfigError, load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.process import preflight
+from txl_dist.schema import ConfigError
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 
 from tests import processes
 from tests.conftest import REPO_ROOT
-from txl_dist.config import TrainConfig
+from txl_dist.config.sections import TrainConfig
 from txl_dist.process.watchdog import HANG_EXIT_CODE, Watchdog
 
 

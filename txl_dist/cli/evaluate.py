@@ -43,21 +43,21 @@ from data_pipeline.shards import load_manifest, manifest_url
 from data_pipeline.streams import TokenStreams
 from data_pipeline.text_batches import TextBatches
 from data_pipeline.vocab import EOS, Vocab
-from txl_dist.cli import USAGE_ERROR
-from txl_dist.context import RECL_THRESHOLD, write_csv
+from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.engine.evaluate import evaluate
-from txl_dist.export_text import ExportText
-from txl_dist.exported import DTYPES, EVAL_ROWS, export_vocabulary, load_for_evaluation
-from txl_dist.model import TransformerXL
-from txl_dist.model.transformer import VOCAB_FILE
-from txl_dist.process.dist import World, end_distributed, init_distributed, world_from_env
-from txl_dist.scores import format_score, score
-from txl_dist.sweep import (
+from txl_dist.exports.context import RECL_THRESHOLD, write_csv
+from txl_dist.exports.loading import DTYPES, EVAL_ROWS, export_vocabulary, load_for_evaluation
+from txl_dist.exports.sweep import (
     SweepResult,
     run_sweep,
     table,
     to_json,
 )
+from txl_dist.exports.text import ExportText
+from txl_dist.model import TransformerXL
+from txl_dist.model.transformer import VOCAB_FILE
+from txl_dist.process.dist import World, end_distributed, init_distributed, world_from_env
+from txl_dist.scores import format_score, score
 
 
 @dataclass
@@ -323,6 +323,7 @@ def sweep(args: argparse.Namespace, world: World, device: torch.device) -> Sweep
     )  # fmt: skip
 
 
+@interruptible("txl-eval")
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.tasks:

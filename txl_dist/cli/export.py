@@ -32,7 +32,7 @@ from data_pipeline.redact import redact_text
 from data_pipeline.shards import vocab_url
 from data_pipeline.storage import parse_options
 from data_pipeline.vocab import Vocab
-from txl_dist.cli import USAGE_ERROR
+from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.engine.checkpoint.consolidate import (
     Checkpoint,
     ExportError,
@@ -40,7 +40,7 @@ from txl_dist.engine.checkpoint.consolidate import (
     consolidated_weights,
     open_checkpoint,
 )
-from txl_dist.exported import DATA_FILE, DTYPES, tokenizer_record
+from txl_dist.exports.loading import DATA_FILE, DTYPES, tokenizer_record
 from txl_dist.hf import export as hf_export
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
 from txl_dist.scores import format_score
@@ -212,6 +212,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str, subword: bool = False) -> 
     )
 
 
+@interruptible("txl-export")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="txl-export", description=__doc__.splitlines()[0])
     parser.add_argument(

@@ -29,10 +29,10 @@ import sys
 import torch
 
 from data_pipeline.errors import DataError
-from txl_dist.cli import USAGE_ERROR
-from txl_dist.export_text import ExportText
-from txl_dist.exported import DTYPES
-from txl_dist.generation import Sampling, generate, shown
+from txl_dist.cli import USAGE_ERROR, interruptible
+from txl_dist.exports.generation import Sampling, generate, shown
+from txl_dist.exports.loading import DTYPES
+from txl_dist.exports.text import ExportText
 from txl_dist.model import TransformerXL
 
 
@@ -57,6 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+@interruptible("txl-generate")
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:

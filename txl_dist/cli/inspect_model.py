@@ -11,7 +11,10 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 
-from txl_dist.config import ConfigError, RunConfig, load_run_config
+from txl_dist.cli import interruptible
+from txl_dist.config.loading import load_run_config
+from txl_dist.config.plan import PRECISION_BYTES
+from txl_dist.config.sections import RunConfig
 from txl_dist.model.accounting import (
     TAIL_TARGET_SHARE,
     ZERO_STAGES,
@@ -22,7 +25,7 @@ from txl_dist.model.accounting import (
     snapshot_bytes,
     train_flops_per_token,
 )
-from txl_dist.plan import PRECISION_BYTES
+from txl_dist.schema import ConfigError
 
 
 @dataclass
@@ -117,6 +120,7 @@ def format_report(r: ModelReport) -> str:
     return "\n".join(lines)
 
 
+@interruptible("txl-inspect")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="txl-inspect", description=__doc__.splitlines()[0])
     parser.add_argument("--config", nargs="+", required=True, help="run config JSON file(s)")

@@ -21,7 +21,8 @@ import torch.distributed as dist
 
 from data_pipeline.redact import redact_text
 from txl_dist.cli import FAILED, USAGE_ERROR
-from txl_dist.config import ConfigError, RunConfig, load_run_config, naming_txl_set
+from txl_dist.config.loading import load_run_config, naming_txl_set
+from txl_dist.config.sections import RunConfig
 from txl_dist.engine import checkpoint, run_dir
 from txl_dist.engine.build import build_trainer
 from txl_dist.engine.summary import closing_summary
@@ -32,6 +33,7 @@ from txl_dist.model.accounting import rank_memory_bytes
 from txl_dist.process import preflight
 from txl_dist.process.dist import World, end_distributed, world_from_env
 from txl_dist.process.restarts import restart_line, take_exit_notes, tell_guard
+from txl_dist.schema import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from txl_dist.cli import USAGE_ERROR
-from txl_dist.context import (
+from txl_dist.cli import USAGE_ERROR, interruptible
+from txl_dist.exports.context import (
     RECL_THRESHOLD,
     SEGMENT_ALONE_MARK,
     SEGMENT_ALONE_NOTE,
@@ -221,6 +221,7 @@ def save(fig, out: str) -> None:
         fig.savefig(f, format=os.path.splitext(out)[1][1:] or None, dpi=100)
 
 
+@interruptible("txl-report")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="txl-report", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", nargs="?", help="run directory holding metrics.jsonl")

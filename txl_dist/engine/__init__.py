@@ -1,1 +1,9 @@
-"""The DeepSpeed training engine: streams -> slots with memories -> checkpoints, metrics."""
+"""The DeepSpeed training engine: streams -> slots with memories -> checkpoints, metrics.
+
+- build.py: everything with side effects before the loop (process group, data, engine, resume);
+- train.py: the loop; memory.py: per-slot memories; graphs.py: train.cuda_graphs;
+- evaluate.py: distributed evaluation; overflow.py: bf16 updates with non-finite gradients;
+- schedule.py: learning-rate multipliers; metrics.py: the console line, metrics.jsonl, wandb;
+- summary.py: a run's closing lines; profiling.py: profiler traces of chosen steps;
+- run_dir.py: one run per train.out_dir; checkpoint/: what a checkpoint holds, saved and loaded.
+"""

@@ -21,7 +21,8 @@ from data_pipeline.mixing import MixedStreams, MixSource, Reading
 from data_pipeline.redact import redact
 from data_pipeline.shards import manifest_url, root_tokenizer
 from data_pipeline.streams import TokenStreams
-from txl_dist.config import RunConfig
+from txl_dist.config.plan import DeepSpeedSection, RunPlan
+from txl_dist.config.sections import RunConfig
 from txl_dist.engine import checkpoint, overflow
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointPart, ResumePoint, RunState
 from txl_dist.engine.checkpoint.parts import (
@@ -41,7 +42,6 @@ from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.train import Trainer
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.accounting import build_on_meta
-from txl_dist.plan import DeepSpeedSection, RunPlan
 from txl_dist.process.dist import World, init_distributed
 from txl_dist.process.signals import StopRequest
 from txl_dist.process.watchdog import Watchdog

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from data_pipeline.redact import redact, redact_text
-from txl_dist.config import WandbConfig
+from txl_dist.config.sections import WandbConfig
 from txl_dist.logs import libraries_quiet
 from txl_dist.model.accounting import train_flops_per_token
 from txl_dist.model.config import TXLConfig

@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 from data_pipeline.streams import TokenStreams
-from txl_dist.config import RunConfig
+from txl_dist.config.plan import RunPlan
+from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint import Checkpointer, RunState
 from txl_dist.engine.checkpoint.parts import SeenTokens
 from txl_dist.engine.evaluate import EvalResult
@@ -34,7 +35,6 @@ from txl_dist.engine.metrics import (
 )
 from txl_dist.engine.profiling import SnapshotOnOutOfMemory, StepProfiler
 from txl_dist.model.accounting import rank_memory_bytes
-from txl_dist.plan import RunPlan
 from txl_dist.process.dist import World
 from txl_dist.process.signals import StopRequest
 from txl_dist.process.watchdog import Watchdog

@@ -28,9 +28,9 @@ from tqdm import tqdm
 from data_pipeline.streams import IGNORE_INDEX
 from data_pipeline.text_batches import TextBatches
 from txl_dist.engine.evaluate import evaluate
-from txl_dist.export_text import ExportText
-from txl_dist.exported import EVAL_ROWS, load_for_evaluation
-from txl_dist.generation import Sampling, generate
+from txl_dist.exports.generation import Sampling, generate
+from txl_dist.exports.loading import EVAL_ROWS, load_for_evaluation
+from txl_dist.exports.text import ExportText
 from txl_dist.process.dist import world_from_env
 
 log = logging.getLogger(__name__)

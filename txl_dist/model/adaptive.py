@@ -30,6 +30,13 @@ def cluster_dims(config: TXLConfig) -> list[int]:
     return [config.d_embed // config.div_val**i for i in range(len(config.cutoffs) + 1)]
 
 
+def uninitialized_embedding(rows: int, dim: int) -> nn.Embedding:
+    """An embedding table left as allocated: TransformerXL.init_weights draws every weight, or a
+    checkpoint's values replace them. nn.Embedding's own normal_ init would be work thrown away
+    (seconds for a 267k-word table), and on the meta device it imports torch's compiler stack."""
+    return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim))
+
+
 class AdaptiveEmbedding(nn.Module):
     """Token ids [B, T] -> embeddings [B, T, d_model], scaled by sqrt(d_model) as the reference."""
 
@@ -41,12 +48,12 @@ class AdaptiveEmbedding(nn.Module):
         self.emb_layers = nn.ModuleList()
         self.emb_projs = nn.ParameterList()
         if config.div_val == 1:
-            self.emb_layers.append(nn.Embedding(config.n_token, config.d_embed))
+            self.emb_layers.append(uninitialized_embedding(config.n_token, config.d_embed))
             if config.d_model != config.d_embed:
                 self.emb_projs.append(nn.Parameter(torch.empty(config.d_model, config.d_embed)))
         else:
             for (start, end), dim in zip(self.bounds, cluster_dims(config)):
-                self.emb_layers.append(nn.Embedding(end - start, dim))
+                self.emb_layers.append(uninitialized_embedding(end - start, dim))
                 self.emb_projs.append(nn.Parameter(torch.empty(config.d_model, dim)))
 
     def forward(self, input_ids: Tensor) -> Tensor:

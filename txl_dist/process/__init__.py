@@ -1,3 +1,4 @@
 """What a training process needs around the loop: its place in the job and the process group
-(dist, shm_collectives), stop requests (signals), hang detection (watchdog), the guard that
-restarts a dead rank's start (restarts), and the checks made before any of it (preflight)."""
+(dist.py, shm_collectives.py), stop requests (signals.py), hang detection (watchdog.py), the
+guard that restarts a dead rank's start (restarts.py), the checks made before any of it
+(preflight.py), and its resident host memory (resident.py)."""

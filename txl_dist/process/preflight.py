@@ -17,8 +17,9 @@ from data_pipeline.errors import DataError
 from data_pipeline.mixing import check_same_vocabulary
 from data_pipeline.shards import load_manifest, manifest_url
 from data_pipeline.streams import check_vocab
-from txl_dist.config import ConfigError, RunConfig
+from txl_dist.config.sections import RunConfig
 from txl_dist.model.accounting import ZERO_STAGES, build_on_meta, count_parameters
+from txl_dist.schema import ConfigError
 
 # Model-state bytes per parameter that one checkpoint holds over all ranks: the weights plus
 # fp32 master weights and Adam's two moments (ZeRO-0's mixed-precision figure).

@@ -22,7 +22,7 @@ from data_pipeline.corpora.subword import Subword
 from data_pipeline.errors import CorpusFormatError
 from data_pipeline.prepare import Job, Settings, prepare
 from data_pipeline.shards import load_manifest, manifest_url, verify
-from txl_dist.config import resolve_vocab_size
+from txl_dist.config.loading import resolve_vocab_size
 
 # Small units and pieces, so that even these files span several of each.
 LAYOUT = {"sample_size": 5_000, "shard_size": 50_000, "progress": False}

@@ -6,10 +6,10 @@ import re
 import pytest
 
 from tests.engine.checkpoint.on_disk import damage_memory_file, fake_checkpoint, state
-from txl_dist.config import ConfigError
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import DamagedCheckpointError
 from txl_dist.engine.checkpoint.parts.memory import rows_of
+from txl_dist.schema import ConfigError
 
 
 def test_resume_auto_finds_latest_and_nothing_when_fresh(tmp_path):

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from txl_dist.config import RunConfig
+from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint.parts import CheckpointPart, Place, rank_file
 from txl_dist.engine.checkpoint.snapshot.background import BackgroundSave
 from txl_dist.engine.checkpoint.snapshot.budget import SnapshotBudget

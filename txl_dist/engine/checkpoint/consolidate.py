@@ -17,13 +17,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from txl_dist.config import ConfigError, RunConfig, run_config_from_dict
+from txl_dist.config.plan import RunPlan
+from txl_dist.config.sections import RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint.resume import ResumePoint, find_resume_point
 from txl_dist.engine.checkpoint.state import CLIENT_FILE, LATEST, CheckpointStateError
 from txl_dist.engine.checkpoint.store.trusted import UnsafeCheckpointError, load_trusted
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta
-from txl_dist.plan import RunPlan
+from txl_dist.schema import ConfigError
 
 MODEL_STATES = "mp_rank_00_model_states.pt"  # ZeRO 0-2: module weights (+ optimizer at stage 0)
 

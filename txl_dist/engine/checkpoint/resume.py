@@ -13,7 +13,6 @@ from typing import Any
 
 import torch.distributed as dist
 
-from txl_dist.config import ConfigError
 from txl_dist.engine.checkpoint.parts import CheckpointPart, Location, Place, RunState, rank_file
 from txl_dist.engine.checkpoint.state import (
     CHECKPOINT_DIR,
@@ -36,6 +35,7 @@ from txl_dist.engine.checkpoint.store.integrity import (
 from txl_dist.engine.checkpoint.store.trusted import check_pickles, load_trusted
 from txl_dist.files import new_directory
 from txl_dist.process.dist import World
+from txl_dist.schema import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from tests.engine.checkpoint.store.transaction_worker import (
     directories,
     victims,
 )
-from txl_dist.config import load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import CheckpointState
 from txl_dist.model.accounting import snapshot_bytes

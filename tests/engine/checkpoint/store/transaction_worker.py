@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from data_pipeline.corpora.subword import Subword
 from tests.conftest import REPO_ROOT
-from txl_dist.config import load_run_config
+from txl_dist.config.loading import load_run_config
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
 from txl_dist.engine.checkpoint.parts import DeepSpeedPart, MemoryPart, TokenizerPart

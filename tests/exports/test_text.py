@@ -8,8 +8,8 @@ import json
 
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.vocab import EOS, UNK_WIKI, Vocab
-from txl_dist.export_text import ExportText
-from txl_dist.generation import INCOMPLETE
+from txl_dist.exports.generation import INCOMPLETE
+from txl_dist.exports.text import ExportText
 from txl_dist.model.transformer import VOCAB_FILE
 
 

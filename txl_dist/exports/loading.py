@@ -18,7 +18,6 @@ from data_pipeline.vocab import Vocab
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import CONFIG_FILE, VOCAB_FILE
 from txl_dist.scores import SCORE_OF_LEVEL
-from txl_dist.sweep import check_lengths
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -125,3 +124,12 @@ def load_for_evaluation(
         check_lengths(lengths[1], lengths[3])
     model.set_lengths(*lengths)
     return model.to(DTYPES[dtype]).eval()
+
+
+def check_lengths(mem_len: int, same_length: bool) -> None:
+    """Refuse lengths the model cannot evaluate with."""
+    if same_length and mem_len < 1:
+        raise ValueError(
+            f"mem_len {mem_len} with same_length: each query would attend to mem_len = no keys; "
+            "use --same-length false to score with the segment alone"
+        )

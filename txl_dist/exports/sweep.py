@@ -19,7 +19,8 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from data_pipeline.streams import IGNORE_INDEX
-from txl_dist.context import (
+from txl_dist.engine.evaluate import evaluate
+from txl_dist.exports.context import (
     SEGMENT_ALONE_MARK,
     SEGMENT_ALONE_NOTE,
     Recl,
@@ -28,7 +29,7 @@ from txl_dist.context import (
     effective_context,
     recl,
 )
-from txl_dist.engine.evaluate import evaluate
+from txl_dist.exports.loading import check_lengths
 from txl_dist.model import TransformerXL
 from txl_dist.scores import score
 
@@ -42,7 +43,7 @@ class SweepResult:
     threshold: float
     """The effective-context and RECL threshold used."""
     effective: dict[str, int]
-    """Effective context of each model (txl_dist.context.effective_context)."""
+    """Effective context of each model (txl_dist.exports.context.effective_context)."""
     recl: dict[str, list[Recl]]
     """RECL of each model at each r, when several models were swept as a group."""
 
@@ -92,15 +93,6 @@ class Scorer:
         parts = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
         dist.gather_object(local, parts, dst=0)
         return np.concatenate(parts) if parts is not None else None
-
-
-def check_lengths(mem_len: int, same_length: bool) -> None:
-    """Refuse lengths the model cannot evaluate with."""
-    if same_length and mem_len < 1:
-        raise ValueError(
-            f"mem_len {mem_len} with same_length: each query would attend to mem_len = no keys; "
-            "use --same-length false to score with the segment alone"
-        )
 
 
 def run_sweep(

@@ -18,7 +18,7 @@ from torch import Tensor
 from data_pipeline.corpora.datasets import DATASETS
 from data_pipeline.corpora.subword import Subword
 from data_pipeline.vocab import EOS, SENTENCE, Vocab
-from txl_dist.exported import export_data, export_level
+from txl_dist.exports.loading import export_data, export_level
 from txl_dist.model import TransformerXL
 
 INCOMPLETE = "\ufffd"

@@ -44,7 +44,7 @@ class SweepRow:
     same_length: bool
     """Every query attends to the same number of keys."""
     attn_len: int
-    """The most tokens a prediction is conditioned on (txl_dist.context.attention_length)."""
+    """The most tokens a prediction is conditioned on (`attention_length`)."""
     loss: float
     """Mean NLL per scored token (nats)."""
     ppl: float | None

@@ -19,14 +19,14 @@ import torch
 from data_pipeline.corpora.datasets import DATASETS
 from data_pipeline.corpora.subword import TOKENIZER_FILE
 from data_pipeline.vocab import EOS, SENTENCE
-from txl_dist.exported import export_tokenizer, export_vocab
-from txl_dist.generation import (
+from txl_dist.exports.generation import (
     CharDetokenizer,
     Detokenizer,
     char_dataset,
     prompt_ids,
     subword_pieces,
 )
+from txl_dist.exports.loading import export_tokenizer, export_vocab
 from txl_dist.model.transformer import VOCAB_FILE
 
 CHAR_START = b" "

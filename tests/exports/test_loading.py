@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
+from tests import processes
+from tests.conftest import REPO_ROOT
 from txl_dist.cli import USAGE_ERROR, evaluate, generate
-from txl_dist.exported import DATA_FILE, tokenizer_record
+from txl_dist.exports.loading import DATA_FILE, tokenizer_record
 from txl_dist.model import TransformerXL, TXLConfig
 
 DOCS = [f"the cat {i} sat on mat {i * 7} over a log {i * 13}\n" for i in range(300)]
@@ -84,3 +87,18 @@ def test_a_tokenizer_with_ids_past_the_model_is_refused(tmp_path, capsys, comman
 def test_the_tokenizer_the_model_was_exported_with_loads(tmp_path, capsys, command, record):
     model_dir = export(tmp_path / "export", bpe(300, DOCS), 300, record)
     assert run(COMMANDS[command], model_dir, tmp_path) == 0, capsys.readouterr().err
+
+
+def test_loading_an_export_imports_no_training_or_evaluation_loop_and_no_compiler(tmp_path):
+    """txl-generate and the Hugging Face side load exports: that must not pull in DeepSpeed's
+    engine, the evaluation loop or torch's compiler stack (seconds of imports, for nothing)."""
+    model_dir = export(tmp_path / "export", bpe(300, DOCS), 300)
+    loaded = (
+        "import sys, torch; from txl_dist.exports.loading import load_for_evaluation; "
+        f"load_for_evaluation({model_dir!r}, torch.device('cpu')); print(sorted(sys.modules))"
+    )
+    proc = processes.run([sys.executable, "-c", loaded], timeout=120, check=True, cwd=REPO_ROOT)
+    modules = set(proc.stdout.split("'")[1::2])
+    assert "txl_dist.exports.loading" in modules
+    unwanted = {"txl_dist.engine.evaluate", "txl_dist.exports.sweep", "deepspeed", "torch._dynamo"}
+    assert not modules & unwanted

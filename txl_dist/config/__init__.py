@@ -1,0 +1,10 @@
+"""The run config, checked before any process group or model exists.
+
+- sections.py: the typed sections of a run config JSON (model, data, optim, train, deepspeed,
+  wandb, logging) and `RunConfig`, validated once;
+- loading.py: a run config from its file, `--set` and `TXL_SET` overrides, `n_token: "auto"`;
+- plan.py: `RunConfig.plan(world_size)`: batch layout, evaluation rows and precision per rank.
+
+The sections are built by txl_dist/schema.py, one floor down, which the model's own config
+uses too.
+"""
