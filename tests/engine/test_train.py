@@ -16,7 +16,7 @@ import torch
 
 from tests.conftest import REPO_ROOT
 from txl_dist.config.loading import load_run_config
-from txl_dist.engine.build import record_facts
+from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
 from txl_dist.engine.checkpoint.parts import DeepSpeedPart, RunPart, SeenTokens, StreamPart
 from txl_dist.engine.evaluate import EvalResult, token_weighted
@@ -155,7 +155,7 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
     state = RunState(run_id="r", step=start_step, restarts=1 if start_step else 0)
     streams = ListStreams(config.train.max_steps)
     parts = [DeepSpeedPart(engine), RunPart(state), StreamPart(streams)]
-    facts = record_facts(config, world, ROWS, streams, state.run_id)
+    facts = checkpoint.record_facts(config, world, ROWS, streams, state.run_id)
     checkpoints = SavesAsEvents.for_run(parts, facts, config, world, start_step or None)
     return Trainer(
         config=config,

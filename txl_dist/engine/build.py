@@ -9,7 +9,6 @@ import gc
 import json
 import os
 import uuid
-from typing import Any
 
 import deepspeed
 import torch
@@ -119,7 +118,7 @@ def _assemble_trainer(
         evaluate_split=SplitEvaluator(engine, config, world, plan, device, watchdog),
         checkpoints=Checkpointer.for_run(
             parts,
-            record_facts(config, world, plan.rows_per_rank, streams, state.run_id),
+            checkpoint.record_facts(config, world, plan.rows_per_rank, streams, state.run_id),
             config,
             world,
             point.client.step if point else None,
@@ -155,26 +154,6 @@ def checkpoint_parts(
     if tokenizer is not None:
         parts.append(TokenizerPart(tokenizer))
     return parts
-
-
-def record_facts(
-    config: RunConfig,
-    world: World,
-    rows_per_rank: int,
-    streams: TokenStreams | MixedStreams,
-    run_id: str,
-) -> dict[str, Any]:
-    """What every checkpoint record of the run says besides its step and parts."""
-    return dict(
-        run_id=run_id,
-        world_size=world.world_size,
-        global_rows=config.train.global_rows,
-        rows_per_rank=rows_per_rank,
-        config=config.public_dict(),  # secrets never reach a checkpoint
-        vocab_size=streams.vocab_size,
-        vocab_sha256=streams.manifest.vocab_sha256,
-        level=streams.manifest.level,
-    )
 
 
 def initialize_engine(model: torch.nn.Module, optimizer, scheduler, ds_config: dict):

@@ -47,6 +47,7 @@ from txl_dist.engine.checkpoint.state import (
     CheckpointState,
     CheckpointStateError,
     read_latest,
+    record_facts,
     tag_for,
     tags_in,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "prune",
     "rank_states",
     "read_latest",
+    "record_facts",
     "restore",
     "tag_for",
     "tags_in",

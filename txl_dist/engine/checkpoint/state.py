@@ -9,7 +9,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from data_pipeline.streams import TokenStreams
+from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint.layout_v1 import upgraded
+from txl_dist.process.dist import World
 
 CHECKPOINT_DIR = "checkpoints"  # inside train.out_dir
 LATEST = "latest"
@@ -115,3 +118,24 @@ class CheckpointState:
         """The state in the txl.json at `path`."""
         with open(path) as f:
             return cls.from_json(f.read(), path)
+
+
+def record_facts(
+    config: RunConfig,
+    world: World,
+    rows_per_rank: int,
+    streams: TokenStreams,
+    run_id: str,
+) -> dict[str, Any]:
+    """What every checkpoint record of the run says besides its step and parts (`streams`:
+    its training streams, a mix's too)."""
+    return dict(
+        run_id=run_id,
+        world_size=world.world_size,
+        global_rows=config.train.global_rows,
+        rows_per_rank=rows_per_rank,
+        config=config.public_dict(),  # secrets never reach a checkpoint
+        vocab_size=streams.vocab_size,
+        vocab_sha256=streams.manifest.vocab_sha256,
+        level=streams.manifest.level,
+    )
