@@ -1,9 +1,9 @@
 """The run config's typed sections: model, data, optim, train, deepspeed, wandb, logging.
 
-Every section is a dataclass that txl_dist/schema.py builds from JSON, refusing unknown keys (naming the
-closest valid one) and values of the wrong type (naming the expected type); each section's
-`__post_init__` checks its values, and `RunConfig` checks what ties sections together, so a typo
-in a run config fails before any process group or model is built.
+Every section is a dataclass that txl_dist/schema.py builds from JSON, refusing unknown keys
+(naming the closest valid one) and values of the wrong type (naming the expected type); each
+section's `__post_init__` checks its values, and `RunConfig` checks what ties sections together,
+so a typo in a run config fails before any process group or model is built.
 """
 
 from __future__ import annotations
