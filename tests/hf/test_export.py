@@ -3,6 +3,7 @@ computes what our model computes, generation included."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -11,6 +12,7 @@ import transformers
 
 from data_pipeline.vocab import Vocab
 from txl_dist.exports.generation import Sampling, generate
+from txl_dist.exports.text import ExportText
 from txl_dist.hf.export import save_hf
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.transformer import VOCAB_FILE
@@ -38,6 +40,17 @@ def hf_dir(ours, tmp_path_factory):
     vocab = Vocab([f"w{i}" for i in range(N_TOKEN)])
 
     save_hf(ours, str(out), lambda d: vocab.save(f"{d}/{VOCAB_FILE}"))
+    return out
+
+
+WORDS = Vocab(["<eos>", "<unk>", *(f"w{i}" for i in range(2, N_TOKEN))])
+"""A word-level vocabulary as WikiText's: an end-of-line and an unknown token."""
+
+
+@pytest.fixture(scope="module")
+def hf_words_dir(ours, tmp_path_factory):
+    out = tmp_path_factory.mktemp("hf-words") / "txl-hf"
+    save_hf(ours, str(out), lambda d: WORDS.save(f"{d}/{VOCAB_FILE}"))
     return out
 
 
@@ -83,8 +96,46 @@ def test_greedy_generate_is_ours_token_for_token(ours, theirs):
     assert got[0, len(prompt) :].tolist() == expected
     assert len(set(expected)) > 1  # a generation that could differ
 
-    padded = torch.stack([prompt, prompt])
-    mask = torch.ones_like(padded)
-    mask[1, 0] = 0
-    with pytest.raises(ValueError, match="no padding"):
-        theirs.generate(padded, attention_mask=mask, max_new_tokens=2, do_sample=False)
+    lone = [[5, 9, 30, 2, 44, 7], [12], [3, 3, 8]]  # prompts as txl-generate gets them
+    alone = [
+        [t for t, _ in generate(ours, torch.tensor(p), 4, greedy, torch.Generator())] for p in lone
+    ]
+    width = max(map(len, lone))
+    padded = torch.tensor([[0] * (width - len(p)) + p for p in lone])  # left padding, any id
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in lone])
+    with torch.no_grad():
+        batched = theirs.generate(padded, attention_mask=mask, max_new_tokens=4, do_sample=False)
+    assert batched[:, width:].tolist() == alone  # past mem_len (5) too
+    assert len({tuple(row) for row in alone}) == 3
+
+
+def test_auto_tokenizer_reads_text_as_the_data_was_prepared(hf_words_dir, tmp_path, monkeypatch):
+    """No remote code: tokenizer.json is a WordLevel model over vocab.txt, a line break is
+    <eos> and an unknown word <unk>, exactly as txl-generate and txl-eval --text read text."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_words_dir)
+    text = "w2 w7  w3\nw9 nope\n"
+    WORDS.save(str(tmp_path / VOCAB_FILE))  # a plain export's vocabulary, as our commands read it
+    assert tokenizer(text)["input_ids"] == ExportText(str(tmp_path)).encode(text)[0].tolist()
+    assert tokenizer.eos_token == tokenizer.pad_token == "<eos>" and tokenizer.unk_token == "<unk>"
+    assert tokenizer.decode(tokenizer(text)["input_ids"], skip_special_tokens=True) == "w2 w7 w3 w9"
+    generation = json.loads((hf_words_dir / "generation_config.json").read_text())
+    assert generation == {"eos_token_id": 0, "pad_token_id": 0}
+
+
+def test_pipeline_generates_what_txl_generate_does_and_stops_at_the_end_token(
+    ours, hf_words_dir, monkeypatch
+):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    pipe = transformers.pipeline("text-generation", model=str(hf_words_dir), trust_remote_code=True)
+    steps = 16
+    got = pipe("w3 w17 w25 w4 w9", max_new_tokens=steps, do_sample=False, return_full_text=False)
+    prompt = torch.tensor([3, 17, 25, 4, 9])
+    ids = [t for t, _ in generate(ours, prompt, steps, Sampling(temperature=0), torch.Generator())]
+    assert 0 in ids and len(set(ids)) > 2  # ours goes on past <eos> (id 0), with some variety
+    ended = ids[: ids.index(0)]
+    model = pipe.model  # generate() alone stops there too, by generation_config.json
+    with torch.no_grad():
+        alone = model.generate(prompt[None], max_new_tokens=steps, do_sample=False)
+    assert alone[0, len(prompt) :].tolist() == [*ended, 0]
+    assert got[0]["generated_text"].split() == [w for w in WORDS.decode(ended) if w != "<unk>"]

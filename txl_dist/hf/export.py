@@ -17,6 +17,7 @@ import os
 import re
 from collections.abc import Callable
 
+from txl_dist.hf.tokenizer_files import write_tokenizer_files
 from txl_dist.model import TransformerXL
 from txl_dist.model.safetensors_io import save_streaming
 from txl_dist.model.transformer import CONFIG_FILE, SAFETENSORS_FILE, staged_directory
@@ -34,8 +35,9 @@ USAGE = [
     "model does; they need torch and transformers only.",
     "",
     "```",
-    "from transformers import AutoModelForCausalLM",
+    "from transformers import AutoModelForCausalLM, AutoTokenizer",
     "model = AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)",
+    "tokenizer = AutoTokenizer.from_pretrained(DIR)   # word-level and subword data",
     "out = model(input_ids, labels=input_ids)   # out.logits: log-probabilities; out.mems",
     "model.generate(input_ids, max_new_tokens=50, do_sample=False)   # memory carried",
     "```",
@@ -44,10 +46,14 @@ USAGE = [
 
 
 def save_hf(
-    model: TransformerXL, directory: str, write_extra: Callable[[str], None] | None = None
+    model: TransformerXL,
+    directory: str,
+    write_extra: Callable[[str], None] | None = None,
+    level: str = "word",
 ) -> None:
     """Write the Hugging Face directory of `model`; `write_extra(tmp)` adds the vocabulary and
-    README. Replaces `directory` whole, as TransformerXL.save_pretrained does."""
+    README, then the tokenizer files follow from it and the data's `level` (tokenizer_files).
+    Replaces `directory` whole, as TransformerXL.save_pretrained does."""
     sources = shipped_sources()
     with staged_directory(directory) as tmp:
         for name, text in sources.items():
@@ -59,6 +65,7 @@ def save_hf(
             json.dump(hf_config(model), f, indent=2)
         if write_extra is not None:
             write_extra(tmp)
+            write_tokenizer_files(tmp, level)
 
 
 def hf_config(model: TransformerXL) -> dict:

@@ -8,7 +8,10 @@ The model runs as txl-generate runs it: the evaluation mem_len and clamp_len, sa
 normalizes them; their softmax is the distribution). `generate()` carries the memory: the
 prompt goes in as one segment, then each new token alone on the memory of the previous step (the
 `mems` of the output), exactly as txl-generate does, so a token costs one step of length 1; the
-memory is at most mem_len states per layer, however long the generation.
+memory is at most mem_len states per layer, however long the generation. A batch of prompts of
+different lengths is padded on the left: with its attention_mask, no real token attends to the
+padding (in memory or segment), and the padding, oldest, leaves the memory first, so each row
+generates what it would alone.
 """
 
 from __future__ import annotations
@@ -38,6 +41,23 @@ class TXLCausalLMOutput(ModelOutput):
     """The memory for the next segment, one [B, <= mem_len, d_model] tensor per layer."""
 
 
+def key_padding(attention_mask: Tensor | None, input_ids: Tensor, mems) -> Tensor | None:
+    """[B, M + T] True on padding, from transformers' attention_mask over everything the rows
+    have seen: its last M + T columns are the memory's and this segment's (the memory keeps
+    the newest states). None without padding."""
+    if attention_mask is None or bool(attention_mask.all()):
+        return None
+    keys = (0 if mems is None else mems[0].size(1)) + input_ids.size(1)
+    if attention_mask.shape != (input_ids.size(0), attention_mask.size(1)) or (
+        attention_mask.size(1) < keys
+    ):
+        raise ValueError(
+            f"attention_mask {tuple(attention_mask.shape)} does not cover the {keys} positions "
+            "of the memory and the input: pass the mask of every token given so far"
+        )
+    return attention_mask[:, -keys:] == 0
+
+
 class TXLForCausalLM(PreTrainedModel, GenerationMixin):
     """`model(input_ids, labels=None, mems=None)`; `generate()` carries `mems` between steps."""
 
@@ -64,12 +84,9 @@ class TXLForCausalLM(PreTrainedModel, GenerationMixin):
         attention_mask: Tensor | None = None,
         **kwargs,
     ) -> TXLCausalLMOutput:
-        if attention_mask is not None and not bool(attention_mask.all()):
-            raise ValueError(
-                "attention_mask masks some tokens: this model has no padding; give the rows of a "
-                "batch equal lengths, or one sequence at a time"
-            )
-        out = self.txl(input_ids, mems=mems)
+        out = self.txl(
+            input_ids, mems=mems, key_padding=key_padding(attention_mask, input_ids, mems)
+        )
         loss = None
         if labels is not None:
             targets = labels[:, 1:]

@@ -71,6 +71,17 @@ def attention_bias(
     return torch.zeros(allowed.shape, device=device, dtype=dtype).masked_fill(~allowed, -math.inf)
 
 
+def padding_bias(key_padding: Tensor, dtype: torch.dtype) -> Tensor:
+    """[B, 1, 1, K] additive bias of a left-padded batch: key_padding [B, K] True on padding.
+
+    Half the dtype's lowest value rather than -inf: beside any real key its exp is exactly zero,
+    and a padding query whose keys are all padding still gets a finite softmax (its output is
+    never used) instead of NaNs that would reach the real rows through the layer norm.
+    """
+    bias = torch.zeros(key_padding.shape, dtype=dtype, device=key_padding.device)
+    return bias.masked_fill(key_padding, torch.finfo(dtype).min / 2)[:, None, None, :]
+
+
 # The attention core as one fused Triton kernel per pass (rel_attention_kernel.py) instead of
 # position_bias + attend, on the FUSED_DEVICES only: off until a GPU measures it faster.
 FUSED_KERNEL = False
@@ -195,10 +206,11 @@ def attention_core(
 ) -> Tensor:
     """All four terms, softmax, dropout and values -> [B, H, Q, D]: query [B, H, Q, D], key and
     value [B, H, K, D], r_key [H, D, K], u and v [H, D], mask [Q, K] (attention_bias, in
-    query's dtype). The fused kernel where switched on (FUSED_KERNEL), else position_bias,
-    then attend with it.
+    query's dtype; [B, 1, Q, K] with a padded batch's padding_bias). The fused kernel where
+    switched on (FUSED_KERNEL) for a mask shared by the rows, else position_bias, then attend
+    with it.
     """
-    if FUSED_KERNEL and query.device.type in FUSED_DEVICES:
+    if FUSED_KERNEL and query.device.type in FUSED_DEVICES and mask.dim() == 2:
         from txl_dist.model.rel_attention_kernel import rel_attention  # imports triton
 
         table = position_product(query + r_r_bias[:, None], r_key, scale)

@@ -25,6 +25,7 @@ from txl_dist.model.adaptive import AdaptiveEmbedding, AdaptiveLogSoftmax
 from txl_dist.model.attention import (
     RelMultiHeadAttention,
     attention_bias,
+    padding_bias,
     relative_distances,
     sinusoid_encoding,
 )
@@ -218,10 +219,13 @@ class TransformerXL(nn.Module):
         targets: Tensor | None = None,
         mems: list[Tensor] | None = None,
         cluster_sizes: list[int] | None = None,
+        key_padding: Tensor | None = None,
     ) -> TXLOutput:
         """input_ids, targets: [B, T] int64; mems: from the previous segment (None: no memory);
         cluster_sizes: `self.cluster_sizes(targets)` taken on the host before the copy to the
-        device, which spares the step its one host sync (None: counted on the device)."""
+        device, which spares the step its one host sync (None: counted on the device);
+        key_padding: [B, M + T] bool, True on the padding of a left-padded batch (memory and
+        segment), which no real token attends to."""
         cfg = self.config
         batch, q_len = input_ids.shape
         if mems is None:
@@ -232,6 +236,8 @@ class TransformerXL(nn.Module):
         # In the parameters' dtype: DeepSpeed's bf16/fp16 engines cast the whole module.
         lengths = (q_len, m_len, cfg.mem_len, cfg.same_length, cfg.clamp_len, cfg.d_model)
         mask, pos_enc = segment_constants(*lengths, self.r_w_bias.dtype, device)
+        if key_padding is not None:
+            mask = mask + padding_bias(key_padding, mask.dtype)  # [B, 1, Q, K]
         # The residual stream may be wider than d_model, its extra columns zero (widths.py).
         width = stream_width(cfg.d_model, device)
         pos_enc = pad_to(self.drop(pos_enc), width)  # [K, W]
