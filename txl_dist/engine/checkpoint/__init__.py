@@ -1,4 +1,4 @@
-"""Checkpoints: DeepSpeed states + per-rank memories and RNG, an atomic `latest`, keep-last-K.
+"""Checkpoints: their parts (parts/), an atomic `latest`, file records, keep-last-K.
 
 Layout of `{out_dir}/checkpoints/`:
     global_step{N}/            DeepSpeed's model / optimizer files for step N
@@ -6,6 +6,7 @@ Layout of `{out_dir}/checkpoints/`:
                                record's parts (run, stream position) and the size and CRC-32
                                of every other file of the checkpoint
     global_step{N}/memory_rank{r}.pt   rank r's memories (with their first global row) and RNG
+    global_step{N}/tokens_rank{r}.pt   the training tokens rank r has seen
     global_step{N}/tokenizer.json      subword data's tokenizer; its sha256 is txl.json's
                                        vocab_sha256, or the checkpoint is refused
     global_step{N}_universal/  DeepSpeed's universal conversion, for another world size
