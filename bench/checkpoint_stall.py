@@ -139,7 +139,7 @@ def measure_in_process(argv: list[str]) -> None:
         checkpoints.async_save = len(modes) % 2 == 1  # sync first, then async, and so on
         modes.append("async" if checkpoints.async_save else "sync")
         if checkpoints.async_save and not reserved:
-            reserved.append(checkpoints.reserved_bytes)
+            reserved.append(checkpoints.budget.reserved_bytes)
         return save(*args, **kwargs)
 
     trainer.train_step = timed(steps, trainer.train_step)
@@ -155,7 +155,7 @@ def measure_in_process(argv: list[str]) -> None:
     if world.is_main:
         every = config.train.save_interval
         record = stalls(steps, calls, waits, published, modes, every, config.train.max_steps)
-        record.update(snapshot_gib=checkpoints.snapshot_bytes() / 2**30)
+        record.update(snapshot_gib=checkpoints.budget.snapshot_bytes() / 2**30)
         record.update(reserved_gib=reserved[0] / 2**30)
         print("STALL " + json.dumps(record), flush=True)
 

@@ -7,11 +7,12 @@ import pytest
 
 from tests.config.presets import PRESETS, preset
 from tests.conftest import REPO_ROOT
-from txl_dist.cli.export import open_checkpoint, readme
+from txl_dist.cli.export import readme
 from txl_dist.cli.inspect_model import inspect_config
 from txl_dist.config.loading import apply_overrides
 from txl_dist.config.sections import run_config_from_dict
 from txl_dist.engine.checkpoint import CheckpointState
+from txl_dist.engine.checkpoint.consolidate import open_checkpoint
 from txl_dist.model.accounting import activation_bytes_per_row
 from txl_dist.schema import ConfigError
 
@@ -111,7 +112,7 @@ def test_precision_agrees_in_training_inspect_and_export(tmp_path, settings, pre
 
     tag = tmp_path / "checkpoints" / "global_step3"
     tag.mkdir(parents=True)
-    state = CheckpointState(3, {}, 2, 8, 4, values, 12000, "ab" * 32)
+    state = CheckpointState(3, 2, 8, 4, values, 12000, "ab" * 32)
     (tag / "txl.json").write_text(state.to_json())
     text = readme(open_checkpoint(str(tag)), "fp32", "torch")
     assert f"ZeRO stage 2 on 2 ranks, {precision}, 8 global rows" in text

@@ -48,10 +48,13 @@ def test_no_mfu_without_a_known_peak():
 
 
 def test_log_lines_show_bpc_for_char_level_records_and_ppl_for_word_level_ones():
-    timing = dict(step=7, lr=1e-3, tokens_per_s=100.0, step_time_s=0.5, data_wait_s=0.0)
+    timing = dict(
+        step=7, lr=1e-3, tokens_per_s=100.0, tokens_seen=4096, step_time_s=0.5, data_wait_s=0.0
+    )
     char = dict(loss=0.7, bpc=1.0099, memory_gib=1.0, **timing)
     word = dict(loss=3.0, ppl=20.0855, memory_gib=1.0, **timing)
     assert "| bpc    1.0099 |" in train_line(char) and "ppl" not in train_line(char)
     assert "| ppl     20.09 |" in train_line(word) and "bpc" not in train_line(word)
+    assert "| seen 4,096 |" in train_line(word)
     evaluated = dict(split="valid", step=7, loss=0.7, bpc=1.0099, tokens=5, tokens_per_s=1.0)
     assert "| loss 0.7000 | bpc 1.0099 |" in eval_line(evaluated)

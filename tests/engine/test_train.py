@@ -16,7 +16,9 @@ import torch
 
 from tests.conftest import REPO_ROOT
 from txl_dist.config.loading import load_run_config
+from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
+from txl_dist.engine.checkpoint.parts import DeepSpeedPart, RunPart, SeenTokens, StreamPart
 from txl_dist.engine.evaluate import EvalResult, token_weighted
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
@@ -108,9 +110,10 @@ class SavesAsEvents(Checkpointer):
     """A Checkpointer whose write records the state and the watchdog's phase, nothing else."""
 
     def write(self, state: CheckpointState) -> str:
-        self.engine.events.append(f"save@{state.step}")
-        self.engine.phases.append(self.engine.watchdog.current)
-        self.engine.saved.append(state)
+        engine = self.budget.engine
+        engine.events.append(f"save@{state.step}")
+        engine.phases.append(engine.watchdog.current)
+        engine.saved.append(state)
         return f"checkpoints/global_step{state.step}"
 
 
@@ -149,21 +152,26 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
 
     world, plan = World(rank=0, local_rank=0, world_size=1), config.plan(world_size=1)
     memory = MemoryBank(plan.accumulation)
-    checkpoints = SavesAsEvents.for_run(engine, memory, config, world, ROWS, start_step or None)
+    state = RunState(run_id="r", step=start_step, restarts=1 if start_step else 0)
+    streams = ListStreams(config.train.max_steps)
+    parts = [DeepSpeedPart(engine), RunPart(state), StreamPart(streams)]
+    facts = checkpoint.record_facts(config, world, ROWS, streams, state.run_id)
+    checkpoints = SavesAsEvents.for_run(parts, facts, config, world, start_step or None)
     return Trainer(
         config=config,
         world=world,
         device=CPU,
         engine=engine,
         scheduler=SimpleNamespace(get_last_lr=lambda: [1e-3]),
-        streams=ListStreams(config.train.max_steps),
+        streams=streams,
         memory=memory,
         metrics=Metrics(str(tmp_path), enabled=True, run={"run_id": "r", "restart": 0}),
         stop=StopAt(stop_at, lambda: engine.steps),
         watchdog=watchdog,
         evaluate_split=evaluate_split,
         checkpoints=checkpoints,
-        state=RunState(run_id="r", step=start_step, restarts=1 if start_step else 0),
+        state=state,
+        seen=SeenTokens(),
         plan=plan,
     )
 
@@ -230,7 +238,8 @@ def test_a_resumed_run_continues_from_its_step(tmp_path, valid_split):
     assert logged_steps(tmp_path) == [6]
     # The checkpoint records the trainer's place and the stream's (2 batches read since start).
     (saved,) = trainer.engine.saved
-    assert (saved.step, saved.run_id, saved.restarts, saved.stream) == (6, "r", 1, {"position": 2})
+    run, stream = saved.parts["run"], saved.parts["stream"]
+    assert (saved.step, saved.run_id, run["restarts"], stream) == (6, "r", 1, {"position": 2})
     assert (saved.world_size, saved.rows_per_rank, saved.vocab_sha256) == (1, ROWS, "ab" * 32)
 
 
@@ -356,3 +365,15 @@ def test_each_slot_is_given_its_targets_cluster_sizes_counted_on_the_host(tmp_pa
     trainer.run()
     assert len(trainer.engine.sizes) == 6
     assert all(given == [total] for given, total in trainer.engine.sizes)
+
+
+def test_the_log_shows_the_tokens_this_rank_has_seen_since_the_run_began(tmp_path):
+    trainer = make_trainer(tmp_path, [], max_steps=4)
+    trainer.seen.tokens = 1000  # what a resumed checkpoint had seen
+    trainer.run()
+    rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    per_step = ROWS * TGT_LEN
+    assert [r["tokens_seen"] for r in rows if "split" not in r] == [
+        1000 + 2 * per_step,
+        1000 + 4 * per_step,
+    ]

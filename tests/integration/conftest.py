@@ -32,17 +32,23 @@ def wikitext(shared_data, tmp_path_factory) -> Path:
     return out
 
 
+def first_lines(shared_data: Path, source: Path) -> list[str]:
+    """WikiText-103's first 70 train and 30 valid lines written into `source`, one document per
+    paragraph; txl-prepare's arguments for them."""
+    source.mkdir()
+    for split, lines in (("train", 70), ("valid", 30)):
+        with open(shared_data / "wikitext-103" / f"wiki.{split}.tokens", encoding="utf-8") as f:
+            head = [next(f) for _ in range(lines)]
+        (source / f"{split}.txt").write_text("".join(head), encoding="utf-8")
+    return ["--dataset", "text", "--text-docs", "block", "--source", str(source)]
+
+
 @pytest.fixture(scope="session")
 def small_corpus(shared_data, wikitext, tmp_path_factory) -> Path:
     """A few WikiText-103 paragraphs per split (one epoch: 9 steps of 8 x 64 tokens), with the
     full WikiText-103 vocabulary so the tiny config applies; documents are paragraphs."""
     root = tmp_path_factory.mktemp("small")
-    (root / "src").mkdir()
-    for split, lines in (("train", 70), ("valid", 30)):
-        with open(shared_data / "wikitext-103" / f"wiki.{split}.tokens", encoding="utf-8") as f:
-            head = [next(f) for _ in range(lines)]
-        (root / "src" / f"{split}.txt").write_text("".join(head), encoding="utf-8")
-    args = ["--dataset", "text", "--text-docs", "block", "--source", str(root / "src")]
+    args = first_lines(shared_data, root / "src")
     args += ["--vocab", str(wikitext / "vocab.txt"), "--out", str(root / "data"), "--no-progress"]
     assert prepare_main(args) == 0
     return root / "data"

@@ -22,9 +22,10 @@ from data_pipeline import load_manifest, manifest_url
 from tests import processes
 from tests.integration.runs import STEPS, records
 from txl_dist.cli import evaluate
-from txl_dist.cli.export import ExportError, export
+from txl_dist.cli.export import export
 from txl_dist.cli.export import main as export_main
 from txl_dist.engine.checkpoint import load_trusted
+from txl_dist.engine.checkpoint.consolidate import ExportError
 from txl_dist.model import TransformerXL
 
 TAG = f"global_step{STEPS}"

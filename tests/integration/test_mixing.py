@@ -25,8 +25,9 @@ from data_pipeline.streams.text_batches import TextBatches
 from tests.data_pipeline.corpora.test_records import write_jsonl
 from tests.integration.runs import records, train
 from txl_dist.cli import evaluate, generate
-from txl_dist.cli.export import ExportError, export
+from txl_dist.cli.export import export
 from txl_dist.engine.checkpoint import CLIENT_FILE
+from txl_dist.engine.checkpoint.consolidate import ExportError
 from txl_dist.engine.evaluate import evaluate as score
 from txl_dist.exports.generation import shown
 from txl_dist.exports.loading import load_for_evaluation

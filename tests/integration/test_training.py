@@ -38,6 +38,7 @@ from tests.integration.runs import (
 )
 from txl_dist.config.loading import load_run_config
 from txl_dist.engine import checkpoint
+from txl_dist.engine.checkpoint.parts.memory import rows_of
 from txl_dist.process import preflight
 
 # ---- ZeRO stages ----
@@ -96,7 +97,7 @@ HARD_RESUME = [
     "train.stop_check_s=0",  # a stop agreed at the next step: an interrupted run stops early
 ]
 # What a resumed run must repeat exactly (timings, requeues and the like may differ).
-REPEATED = ("step", "split", "loss", "ppl", "lr", "grad_norm", "epoch", "tokens")
+REPEATED = ("step", "split", "loss", "ppl", "lr", "grad_norm", "epoch", "tokens", "tokens_seen")
 
 
 def repeated(rows: list[dict]) -> list[dict]:
@@ -151,7 +152,7 @@ def test_memory_rows_of_two_ranks_load_as_one_ranks_rows(uninterrupted):
         str(uninterrupted / "checkpoints" / f"global_step{K}"), "unused"
     )
     saved = [torch.load(Path(point.directory) / point.tag / f"memory_rank{r}.pt") for r in (0, 1)]
-    rows, _ = checkpoint.load_memories(point, rows_per_rank=8, rank=0)
+    rows, _ = rows_of(checkpoint.rank_states(point, "memory"), rows_per_rank=8, rank=0)
     for layer in range(len(rows)):
         assert torch.equal(rows[layer], torch.cat([s["memory"][layer] for s in saved]))
 
@@ -444,7 +445,7 @@ def test_sigterm_during_a_background_write_finishes_it_saves_and_exits_0(small_c
     stopped = (checkpoints / checkpoint.LATEST).read_text()
     step = int(stopped.removeprefix("global_step"))
     assert f"stopping at step {step}: " in output and 2 < step < 1000
-    # Said at start-up: the snapshots' host memory (txl_dist.engine.checkpoint.snapshot_memory).
+    # Said at start-up: the snapshots' host memory (txl_dist.engine.checkpoint.snapshot.memory).
     assert re.search(r"hold a snapshot in host memory: [\d.]+ GiB on rank 0, the others", output)
     for tag in ("global_step2", stopped):  # the paused save completed, then the stop's
         assert checkpoint.find_resume_point(str(checkpoints / tag), "unused").tag == tag

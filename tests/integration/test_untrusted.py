@@ -26,8 +26,9 @@ from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.data_pipeline.conftest import RangeServer
 from tests.integration.runs import PRETRAIN
-from txl_dist.cli.export import ExportError, export
+from txl_dist.cli.export import export
 from txl_dist.engine.checkpoint import CLIENT_FILE, CheckpointState, digests, load_trusted
+from txl_dist.engine.checkpoint.consolidate import ExportError
 
 STAGES = (0, 2, 3)
 PASSWORD, TOKEN = "pw-Zq81SECRET", "tok-Hx27SECRET"

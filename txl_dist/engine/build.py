@@ -30,7 +30,16 @@ from data_pipeline import (
 from txl_dist.config.plan import DeepSpeedSection, RunPlan
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine import checkpoint, overflow
-from txl_dist.engine.checkpoint import Checkpointer, ResumePoint, RunState
+from txl_dist.engine.checkpoint import Checkpointer, CheckpointPart, ResumePoint, RunState
+from txl_dist.engine.checkpoint.parts import (
+    DeepSpeedPart,
+    MemoryPart,
+    RunPart,
+    SeenTokens,
+    StreamPart,
+    TokenizerPart,
+    TokensPart,
+)
 from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
 from txl_dist.engine.graphs import graph_layers
 from txl_dist.engine.memory import MemoryBank
@@ -87,12 +96,16 @@ def _assemble_trainer(
     engine, scheduler = initialize_engine(model, optimizer, scheduler, ds_config)
     streams = open_training_streams(config, world, rows=plan.rows_per_rank)
     memory = MemoryBank(plan.accumulation)
-    state = RunState(run_id=uuid.uuid4().hex[:12])
+    state, seen = RunState(run_id=uuid.uuid4().hex[:12]), SeenTokens()
+    parts = checkpoint_parts(config, world, device, engine, streams, memory, state, plan)
+    per_step = plan.rows_per_rank * config.model.tgt_len
+    parts.append(TokensPart(seen, world.rank, world.world_size, per_step, state))
     if point is not None:
         with watchdog.phase("checkpoint load", point.client.step):
-            state = checkpoint.restore(
-                point, universal, engine, streams, memory, config, world, device
+            checkpoint.check_resumable(
+                point, config.train.global_rows, streams.manifest.vocab_sha256
             )
+            checkpoint.restore(point, universal, parts, state, world)
     # Every metrics row says which run and which start of it wrote it: txl-report draws one run.
     metrics = Metrics(out_dir, world.is_main, run=dict(run_id=state.run_id, restart=state.restarts))
     if world.is_main:
@@ -111,20 +124,43 @@ def _assemble_trainer(
         watchdog=watchdog,
         evaluate_split=SplitEvaluator(engine, config, world, plan, device, watchdog),
         checkpoints=Checkpointer.for_run(
-            engine,
-            memory,
+            parts,
+            checkpoint.record_facts(config, world, plan.rows_per_rank, streams, state.run_id),
             config,
             world,
-            plan.rows_per_rank,
             point.client.step if point else None,
-            tokenizer=training_tokenizer(config, streams),
         ),
         state=state,
+        seen=seen,
         plan=plan,
     )
     trainer.announce_job()
     metrics.start_wandb(config.logging.wandb, out_dir, config.to_dict(), state.run_id)
     return trainer
+
+
+def checkpoint_parts(
+    config: RunConfig,
+    world: World,
+    device: torch.device,
+    engine,
+    streams: TokenStreams | MixedStreams,
+    memory: MemoryBank,
+    state: RunState,
+    plan: RunPlan,
+) -> list[CheckpointPart]:
+    """What every checkpoint of the run holds, in the order a resume loads them (the RNG
+    states, with the memories, after anything that could draw from them)."""
+    parts: list[CheckpointPart] = [
+        DeepSpeedPart(engine),
+        RunPart(state),
+        StreamPart(streams),
+        MemoryPart(memory, world.rank, plan.rows_per_rank, device, config.train.seed, state),
+    ]
+    tokenizer = training_tokenizer(config, streams)
+    if tokenizer is not None:
+        parts.append(TokenizerPart(tokenizer))
+    return parts
 
 
 def initialize_engine(model: torch.nn.Module, optimizer, scheduler, ds_config: dict):

@@ -250,6 +250,7 @@ def train_line(r: dict[str, Any]) -> str:
         parts.append(f"scale {r['loss_scale']:g}")
     parts += [
         f"tok/s {r['tokens_per_s']:9.0f}",
+        f"seen {r['tokens_seen']:,}",
         f"step {r['step_time_s'] * 1000:7.1f}ms",
         f"data {r['data_wait_s'] * 1000:6.1f}ms",
     ]

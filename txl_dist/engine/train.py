@@ -8,7 +8,6 @@ stream.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -24,6 +23,7 @@ from data_pipeline import BatchStream
 from txl_dist.config.plan import RunPlan
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint import Checkpointer, RunState
+from txl_dist.engine.checkpoint.parts import SeenTokens
 from txl_dist.engine.evaluate import EvalResult
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import (
@@ -72,6 +72,7 @@ class Trainer:
         evaluate_split: Callable[[str], EvalResult],
         checkpoints: Checkpointer,
         state: RunState,
+        seen: SeenTokens,
         plan: RunPlan,
     ):
         self.config, self.world, self.device = config, world, device
@@ -80,6 +81,7 @@ class Trainer:
         self.evaluate_split, self.checkpoints = evaluate_split, checkpoints
         self.run_id, self.step = state.run_id, state.step
         self.restarts, self.requeues = state.restarts, state.requeues
+        self.seen = seen
         self.plan = plan
         self.nonfinite, self.skipped_steps = _NonFinite(device), 0
         self.throughput = Throughput.of(
@@ -122,6 +124,7 @@ class Trainer:
                 with self.out_of_memory:
                     loss = self.train_step(input_ids, targets)
                 self.nonfinite.add(loss)
+                self.seen.tokens += input_ids.numel()
                 tokens = self.plan.rows_per_rank * input_ids.size(1) * self.world.world_size
                 window.add(loss, tokens, fetched - started, time.perf_counter() - started)
                 self.step += 1
@@ -245,6 +248,7 @@ class Trainer:
             if self.plan.precision == "fp16"
             else None,
             tokens_per_s=tokens_per_s,
+            tokens_seen=self.seen.tokens,  # rank 0's: every rank takes as many
             step_time_s=w.seconds / w.steps,
             data_wait_s=w.data_wait / w.steps,
             mfu=self.throughput.mfu(tokens_per_s),
@@ -280,15 +284,10 @@ class Trainer:
             tokens_per_s=result.tokens / max(result.seconds, 1e-9),
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        """Where the run is (RunState's fields): the trainer's part of a checkpoint."""
-        state = RunState(self.run_id, self.step, self.restarts, self.requeues)
-        return dataclasses.asdict(state)
-
     def _save(self) -> None:
         self._check_nonfinite()  # never save what should have ended the run
         with self.watchdog.phase("checkpoint save", self.step):
-            path = self.checkpoints.save(self.state_dict(), self.streams)
+            path = self.checkpoints.save(self.step)
         if self.checkpoints.in_background:
             self._announce(f"saving checkpoint {path} in the background")
         else:

@@ -10,9 +10,12 @@ from txl_dist.engine.checkpoint import CheckpointState
 def state(step=10, world_size=2, **changes) -> CheckpointState:
     """A record of run r1 at `step`, saved on `world_size` ranks of 8 global rows."""
     values = dict(
-        step=step, stream={"epoch": 0, "step": step}, world_size=world_size, global_rows=8,
-        rows_per_rank=8 // world_size, config={"train": {"seed": 1}}, vocab_size=100,
-        vocab_sha256="ab" * 32, run_id="r1", requeues=2, slurm_job_id="77",
+        step=step, world_size=world_size, global_rows=8, rows_per_rank=8 // world_size,
+        config={"train": {"seed": 1}}, vocab_size=100, vocab_sha256="ab" * 32, run_id="r1",
+        parts={
+            "run": {"restarts": 0, "requeues": 2, "slurm_job_id": "77"},
+            "stream": {"epoch": 0, "step": step},
+        },
     )  # fmt: skip
     return CheckpointState(**{**values, **changes})
 

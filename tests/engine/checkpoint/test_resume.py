@@ -8,6 +8,7 @@ import pytest
 from tests.engine.checkpoint.on_disk import damage_memory_file, fake_checkpoint, state
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import DamagedCheckpointError
+from txl_dist.engine.checkpoint.parts.memory import rows_of
 from txl_dist.schema import ConfigError
 
 
@@ -62,7 +63,7 @@ def test_memories_follow_global_rows_across_world_sizes(tmp_path, new_world):
     point = checkpoint.find_resume_point(str(tmp_path), "unused")
     rows_per_rank = 8 // new_world
     for rank in range(new_world):
-        rows, rng = checkpoint.load_memories(point, rows_per_rank, rank)
+        rows, rng = rows_of(checkpoint.rank_states(point, "memory"), rows_per_rank, rank)
         first = rank * rows_per_rank
         assert rows[1][:, 0, 0].tolist() == [
             1000.0 + r for r in range(first, first + rows_per_rank)

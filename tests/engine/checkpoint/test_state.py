@@ -13,12 +13,16 @@ from txl_dist.engine.checkpoint import CheckpointState, CheckpointStateError
 def test_state_round_trips_and_reads_version_0_files(tmp_path):
     saved = state()
     assert CheckpointState.from_json(saved.to_json(), "txl.json") == saved
-    # What txl-dist wrote before the state had a version: DeepSpeed's key, no run id yet.
-    old = dataclasses.asdict(saved)
-    del old["version"], old["run_id"], old["requeues"], old["slurm_job_id"]
+    # What txl-dist wrote before the state had a version: DeepSpeed's key, no run id yet, the
+    # run's and the stream's state in fields of their own.
+    old = {k: v for k, v in dataclasses.asdict(saved).items() if k not in ("version", "parts")}
+    del old["run_id"]
+    old["restarts"], old["stream"] = 0, saved.parts["stream"]
     old["universal_checkpoint_info"] = {"universal_checkpoint_version": 0.2}
     read = CheckpointState.from_json(json.dumps(old), "txl.json")
-    assert read == dataclasses.replace(saved, run_id=None, requeues=0, slurm_job_id=None, version=0)
+    run = {"restarts": 0, "requeues": 0, "slurm_job_id": None}
+    parts = {**saved.parts, "run": run}
+    assert read == dataclasses.replace(saved, run_id=None, parts=parts, version=0)
 
 
 def test_states_it_cannot_read_are_clear_errors():

@@ -1,10 +1,12 @@
-"""Checkpoints: DeepSpeed states + per-rank memories and RNG, an atomic `latest`, keep-last-K.
+"""Checkpoints: their parts (parts/), an atomic `latest`, file records, keep-last-K.
 
 Layout of `{out_dir}/checkpoints/`:
     global_step{N}/            DeepSpeed's model / optimizer files for step N
-    global_step{N}/txl.json    CheckpointState: step, stream position, config, vocab, world size,
-                               and the size and CRC-32 of every other file of the checkpoint
+    global_step{N}/txl.json    CheckpointState: step, run id, config, vocab, world size, the
+                               record's parts (run, stream position) and the size and CRC-32
+                               of every other file of the checkpoint
     global_step{N}/memory_rank{r}.pt   rank r's memories (with their first global row) and RNG
+    global_step{N}/tokens_rank{r}.pt   the training tokens rank r has seen
     global_step{N}/tokenizer.json      subword data's tokenizer; its sha256 is txl.json's
                                        vocab_sha256, or the checkpoint is refused
     global_step{N}_universal/  DeepSpeed's universal conversion, for another world size
@@ -15,31 +17,27 @@ A save writes `global_step{N}.partial/`, fsyncs and records every file, then ren
 complete checkpoint. Conversions are written the same way. A resume checks the record and, with
 `--resume auto`, passes over a damaged newest checkpoint to the previous intact one.
 
-    state.py         the layout's names, CheckpointState (txl.json), RunState, RNG states
-    integrity.py     fsync, sizes and CRC-32s, how a checkpoint differs from its record
-    trusted.py       the pickle scan before anything loads, and the weights_only loader
-    transaction.py   one save, in phases every rank passes together
-    background.py    train.async_save: the snapshot in host memory, the thread that writes it
-    arena.py         the snapshot's host memory, reused from save to save
-    snapshot_memory.py  how much host memory a snapshot may take, checked before it is taken
-    writes.py        a save's files written and fsynced
-    retention.py     pruning to train.keep_last
+    parts/           what a checkpoint holds, one CheckpointPart each
+    store/           the transport: atomic saves, integrity, writes, trust, retention
+    snapshot/        asynchronous saves' snapshots in host memory and their thread
+    state.py         the layout's names, CheckpointState (txl.json)
+    layout_v1.py     the reader of version 0 and 1 records
     checkpointer.py  Checkpointer: when a save is due, what it records; the loop's one call
-    resume.py        finding an intact checkpoint and loading it into a run
+    resume.py        finding an intact checkpoint and loading its parts into a run
+    consolidate.py   reading a checkpoint for export: its weights from any ZeRO stage
 """
 
 from txl_dist.engine.checkpoint.checkpointer import Checkpointer
-from txl_dist.engine.checkpoint.integrity import DamagedCheckpointError, damage, digests
+from txl_dist.engine.checkpoint.parts import CheckpointPart, Place, RunState
 from txl_dist.engine.checkpoint.resume import (
     ResumePoint,
     check_resumable,
     convert_to_universal,
     find_resume_point,
-    load_memories,
     needs_universal,
+    rank_states,
     restore,
 )
-from txl_dist.engine.checkpoint.retention import prune
 from txl_dist.engine.checkpoint.state import (
     CHECKPOINT_DIR,
     CLIENT_FILE,
@@ -49,15 +47,19 @@ from txl_dist.engine.checkpoint.state import (
     TAG_PATTERN,
     CheckpointState,
     CheckpointStateError,
-    RunState,
     read_latest,
-    rng_state,
-    set_rng_state,
+    record_facts,
     tag_for,
     tags_in,
 )
-from txl_dist.engine.checkpoint.transaction import CheckpointSaveError, SaveTransaction
-from txl_dist.engine.checkpoint.trusted import UnsafeCheckpointError, check_pickles, load_trusted
+from txl_dist.engine.checkpoint.store.integrity import DamagedCheckpointError, damage, digests
+from txl_dist.engine.checkpoint.store.retention import prune
+from txl_dist.engine.checkpoint.store.transaction import CheckpointSaveError, SaveTransaction
+from txl_dist.engine.checkpoint.store.trusted import (
+    UnsafeCheckpointError,
+    check_pickles,
+    load_trusted,
+)
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -66,11 +68,13 @@ __all__ = [
     "PARTIAL",
     "STATE_VERSION",
     "TAG_PATTERN",
+    "CheckpointPart",
     "CheckpointSaveError",
     "CheckpointState",
     "CheckpointStateError",
     "Checkpointer",
     "DamagedCheckpointError",
+    "Place",
     "ResumePoint",
     "RunState",
     "SaveTransaction",
@@ -81,14 +85,13 @@ __all__ = [
     "damage",
     "digests",
     "find_resume_point",
-    "load_memories",
     "load_trusted",
     "needs_universal",
     "prune",
+    "rank_states",
     "read_latest",
+    "record_facts",
     "restore",
-    "rng_state",
-    "set_rng_state",
     "tag_for",
     "tags_in",
 ]

@@ -1,10 +1,7 @@
-"""This run's checkpoints: when one is due, what it records, how it is saved and how many stay."""
+"""This run's checkpoints: when one is due, what it holds, how it is written, how many stay."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,36 +9,28 @@ from typing import Any
 
 import torch.distributed as dist
 
-from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
-from data_pipeline.streams import TokenStreams
 from txl_dist.config.sections import RunConfig
-from txl_dist.engine.checkpoint import snapshot_memory
-from txl_dist.engine.checkpoint.arena import HostArena
-from txl_dist.engine.checkpoint.background import BackgroundSave
-from txl_dist.engine.checkpoint.retention import prune
+from txl_dist.engine.checkpoint.parts import CheckpointPart, Place, rank_file
+from txl_dist.engine.checkpoint.snapshot.background import BackgroundSave
+from txl_dist.engine.checkpoint.snapshot.budget import SnapshotBudget
 from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
-from txl_dist.engine.checkpoint.transaction import SaveTransaction
-from txl_dist.engine.memory import MemoryBank
-from txl_dist.process import preflight, resident
+from txl_dist.engine.checkpoint.store.retention import prune
+from txl_dist.engine.checkpoint.store.transaction import SaveTransaction
+from txl_dist.process import preflight
 from txl_dist.process.dist import World
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
 class Checkpointer:
     """Saves complete checkpoints of this run; every rank calls it at the same steps."""
 
-    engine: Any
-    """The DeepSpeed engine whose model and optimizer states are saved."""
-    memory: MemoryBank
-    """This rank's memories, saved with the global rows they belong to."""
-    config: RunConfig
-    """The run's config, recorded in every checkpoint (secrets left out)."""
+    parts: list[CheckpointPart]
+    """What every checkpoint holds (build.py registers them; one is DeepSpeed's engine)."""
+    facts: dict[str, Any]
+    """What every record of this run says besides its step and parts (CheckpointState's
+    fields: the run id, world size, rows, config and vocabulary)."""
     world: World
     """This rank and the world size."""
-    rows_per_rank: int
-    """Stream rows per rank and step: this rank's memories start at rank * rows_per_rank."""
     directory: str
     """The checkpoints directory, train.out_dir/checkpoints."""
     save_interval: int
@@ -50,55 +39,35 @@ class Checkpointer:
     """Complete checkpoints of this run kept (train.keep_last); older ones are deleted."""
     needed_bytes: float
     """An estimate of one checkpoint's size, said when the disk is full."""
+    budget: SnapshotBudget
+    """The host memory of asynchronous saves' snapshots."""
     saved_step: int | None = None
     """The step of the newest checkpoint this run holds (the resumed one's), None before any."""
     after_phase: Callable[[str, int], None] | None = None
     """Called with each save phase's name and step once every rank passed it (see
-    transaction.py): a test injects it to stop or kill ranks inside a save."""
+    store/transaction.py): a test injects it to stop or kill ranks inside a save."""
     async_save: bool = False
     """Write saves in the background (train.async_save): the loop waits only for DeepSpeed's
     state dicts to be taken, and for their serialization before the next optimizer update."""
-    available_memory: Callable[[], int] = snapshot_memory.available_bytes
-    """Bytes of host memory this machine has available for snapshots, asked before each
-    asynchronous save (a test injects a small figure to see the synchronous fallback)."""
-    tokenizer: Subword | None = None
-    """The training data's subword tokenizer, saved into every checkpoint as tokenizer.json
-    (None for a word or character vocabulary)."""
     _background: BackgroundSave | None = None
-    _updates: int = 0  # optimizer updates this run (the arena is reserved once one step ran)
-    _arena: HostArena = dataclasses.field(default_factory=HostArena)  # the snapshots' memory
     _group: Any = None  # the background saves' process group, made by the first one
 
     @classmethod
     def for_run(
-        cls,
-        engine,
-        memory: MemoryBank,
-        config: RunConfig,
-        world: World,
-        rows_per_rank: int,
+        cls, parts: list[CheckpointPart], facts: dict[str, Any], config: RunConfig, world: World,
         resumed_step: int | None,
-        tokenizer: Subword | None = None,
-    ) -> Checkpointer:
-        """The checkpoints of `config`'s run, which resumed at `resumed_step` (None: fresh),
-        carrying `tokenizer` if its data has one; with async_save, rank 0 says what its
+    ) -> Checkpointer:  # fmt: skip
+        """The checkpoints of `config`'s run holding `parts`, whose records state `facts`,
+        resumed at `resumed_step` (None: fresh); with async_save, rank 0 says what its
         snapshots take (a collective)."""
-        checkpointer = cls(
-            engine=engine,
-            memory=memory,
-            config=config,
-            world=world,
-            rows_per_rank=rows_per_rank,
-            directory=os.path.join(config.train.out_dir, CHECKPOINT_DIR),
-            save_interval=config.train.save_interval,
-            keep_last=config.train.keep_last,
-            needed_bytes=preflight.checkpoint_bytes(config),
-            saved_step=resumed_step,
-            async_save=config.train.async_save,
-            tokenizer=tokenizer,
-        )
-        checkpointer.announce_snapshots()
-        return checkpointer
+        engine = next(p.state_dict() for p in parts if p.place is Place.DEEPSPEED)
+        budget = SnapshotBudget(engine, config.model, facts["rows_per_rank"], world)
+        if config.train.async_save:
+            budget.announce()
+        t, needed = config.train, preflight.checkpoint_bytes(config)
+        directory = os.path.join(t.out_dir, CHECKPOINT_DIR)
+        return cls(parts, facts, world, directory, t.save_interval, t.keep_last, needed, budget,
+                   resumed_step, async_save=t.async_save)  # fmt: skip
 
     def due(self, step: int) -> bool:
         """Whether `step` ends a save interval."""
@@ -108,27 +77,17 @@ class Checkpointer:
         """Whether the newest checkpoint is of `step` (the run's end needs no other save)."""
         return self.saved_step == step
 
-    def save(self, trainer_state: dict[str, Any], streams: TokenStreams) -> str:
-        """Save the trainer's state (RunState's fields) and the stream's; returns the path
-        (with async_save, that of a checkpoint still being written: see `wait`)."""
-        path = self.write(self.state(trainer_state, streams))
-        self.saved_step = trainer_state["step"]
+    def save(self, step: int) -> str:
+        """Save every part as checkpoint `step`; returns the path (with async_save, that of a
+        checkpoint still being written: see `wait`)."""
+        path = self.write(self.record(step))
+        self.saved_step = step
         return path
 
-    def state(self, trainer_state: dict[str, Any], streams: TokenStreams) -> CheckpointState:
-        """What txl.json records: the trainer's and the streams' state and this run's facts."""
-        return CheckpointState(
-            **trainer_state,
-            stream=streams.state_dict(),
-            world_size=self.world.world_size,
-            global_rows=self.config.train.global_rows,
-            rows_per_rank=self.rows_per_rank,
-            config=self.config.public_dict(),  # secrets never reach a checkpoint
-            vocab_size=streams.vocab_size,
-            vocab_sha256=streams.manifest.vocab_sha256,
-            level=streams.manifest.level,
-            slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-        )
+    def record(self, step: int) -> CheckpointState:
+        """What txl.json records: this run's facts and the states of the record's parts."""
+        placed = {p.name: p.state_dict() for p in self.parts if p.place is Place.RECORD}
+        return CheckpointState(step=step, parts=placed, **self.facts)
 
     def write(self, state: CheckpointState) -> str:
         """Write `state` and every rank's files as checkpoint `state.step`, then prune; returns
@@ -136,11 +95,11 @@ class Checkpointer:
         this or the previous save, once the previous one's background part ended."""
         self.wait()
         transaction = self._transaction(state)
-        if not (self.async_save and self._room_for_snapshots(state.step)):
+        if not (self.async_save and self.budget.room_for_snapshot(state.step)):
             return self._published(transaction.run(), state)
         if self._group is None:  # every rank saves at the same steps: a collective is safe
             self._group = dist.new_group(backend="gloo")
-        transaction.group, transaction.arena = self._group, self._arena
+        transaction.group, transaction.arena = self._group, self.budget.arena
         transaction.take_snapshot()
         self._background = BackgroundSave(
             lambda serialized: self._published(transaction.complete(serialized), state)
@@ -152,64 +111,14 @@ class Checkpointer:
         """Whether the last save is still being written in the background."""
         return self._background is not None
 
-    @property
-    def reserved_bytes(self) -> int:
-        """Host memory this rank holds for its snapshots."""
-        return self._arena.held
-
-    def snapshot_bytes(self) -> int:
-        """This rank's snapshot of an asynchronous save, in host memory."""
-        return snapshot_memory.rank_bytes(self.engine, self.config.model, self.rows_per_rank)
-
-    def announce_snapshots(self) -> None:
-        """Rank 0 says how much host memory the asynchronous saves' snapshots take (at start-up;
-        a collective)."""
-        if not self.async_save:
-            return
-        mine = self.snapshot_bytes()
-        sizes = [0] * self.world.world_size
-        dist.all_gather_object(sizes, mine)
-        if self.world.is_main:
-            log.info(snapshot_memory.sizes_line(sizes, self.available_memory()))
-
-    def _reserve_arena(self) -> None:
-        """Where every machine has room for its ranks' snapshots beside training's peak, each
-        rank reserves its snapshot's memory now, on a thread (a collective); rank 0 says which.
-        Called once a step has run: at start-up that peak is unknown (lm1b_base's first step
-        doubles a rank's memory), and the moments are yet to come."""
-        mine = self.snapshot_bytes()
-        growth = snapshot_memory.moments_to_come(self.engine.optimizer, in_host_memory=True)
-        needed = mine + growth + snapshot_memory.transient_bytes()
-        room = snapshot_memory.room(needed, self.available_memory)
-        if room.fits:
-            self._arena.reserve(mine)  # else each save asks again, and allocates what it takes
-        if self.world.is_main:
-            log.info(snapshot_memory.reserved_line(room, mine))
-
-    def _room_for_snapshots(self, step: int) -> bool:
-        """Whether every machine has host memory for what its ranks' snapshots need beyond what
-        their arenas hold, beside training's peak; if not, rank 0 warns and every rank saves
-        synchronously (a collective: the ranks agree)."""
-        more = max(0, self.snapshot_bytes() - self._arena.held)  # the arena holds the rest
-        needed = more + snapshot_memory.transient_bytes()
-        room = snapshot_memory.room(needed, self.available_memory)
-        if room.shortage and self.world.is_main:
-            log.warning(snapshot_memory.synchronous_line(room.shortage, step))
-        return room.fits
-
     def before_update(self) -> None:
         """Return once the background save, if any, no longer reads the live model and
         optimizer tensors: call before each optimizer update, which changes them, not before
         an accumulation's other micro steps, which do not (every rank at the same updates: the
-        second one reserves the snapshots' memory beside the peak since the first, a
-        collective)."""
+        budget reserves the snapshots' memory at the second, a collective)."""
         if self._background is not None:
             self._background.serialized.wait()
-        self._updates += 1
-        if self.async_save and self._updates == 1:
-            resident.mark()  # the peak beside a snapshot: the steps', not start-up's
-        if self.async_save and self._updates == 2:
-            self._reserve_arena()
+        self.budget.before_update(self.async_save)
 
     def wait(self) -> None:
         """Return once the background save, if any, is complete; raises its CheckpointSaveError
@@ -219,24 +128,18 @@ class Checkpointer:
             background.wait()
 
     def _transaction(self, state: CheckpointState) -> SaveTransaction:
+        placed = {place: [p for p in self.parts if p.place is place] for place in Place}
         return SaveTransaction(
-            engine=self.engine,
+            engine=placed[Place.DEEPSPEED][0].state_dict(),
             directory=self.directory,
             state=state,
-            memory=self.memory,
-            first_row=self.world.rank * self.rows_per_rank,
+            rank_files={
+                rank_file(p.name, self.world.rank): p.state_dict() for p in placed[Place.RANK_FILE]
+            },
+            main_files={p.name: p.state_dict() for p in placed[Place.MAIN_FILE]},
             needed_bytes=self.needed_bytes,
             after_phase=self.after_phase,
-            main_files=self._main_files,
         )
-
-    @functools.cached_property
-    def _main_files(self) -> dict[str, bytes]:
-        """What rank 0 writes into every checkpoint besides the ranks' states: the tokenizer
-        (the same bytes every save)."""
-        if self.tokenizer is None:
-            return {}
-        return {TOKENIZER_FILE: self.tokenizer.json_text.encode("utf-8")}
 
     def _published(self, tag: str, state: CheckpointState) -> str:
         """Prune once checkpoint `tag` is published; returns its path."""

@@ -1,5 +1,5 @@
 """Resuming: find a complete, intact and safe checkpoint, check it can continue this run, and
-load it into the engine, the stream position, the memories and the RNG."""
+load every part of it (parts/) into the run."""
 
 from __future__ import annotations
 
@@ -8,21 +8,12 @@ import logging
 import os
 import subprocess
 import sys
-import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
-import torch
 import torch.distributed as dist
 
-from data_pipeline.streams import TokenStreams
-from txl_dist.config.sections import RunConfig
-from txl_dist.engine.checkpoint.integrity import (
-    DamagedCheckpointError,
-    damage,
-    fsync,
-    fsync_tree,
-    tokenizer_damage,
-)
+from txl_dist.engine.checkpoint.parts import CheckpointPart, Location, Place, RunState, rank_file
 from txl_dist.engine.checkpoint.state import (
     CHECKPOINT_DIR,
     CLIENT_FILE,
@@ -30,17 +21,20 @@ from txl_dist.engine.checkpoint.state import (
     PARTIAL,
     UNIVERSAL,
     CheckpointState,
-    RunState,
     read_latest,
-    set_rng_state,
     step_of,
     tags_in,
 )
-from txl_dist.engine.checkpoint.trusted import check_pickles, load_trusted
-from txl_dist.engine.memory import MemoryBank
+from txl_dist.engine.checkpoint.store.integrity import (
+    DamagedCheckpointError,
+    damage,
+    fsync,
+    fsync_tree,
+    tokenizer_damage,
+)
+from txl_dist.engine.checkpoint.store.trusted import check_pickles, load_trusted
 from txl_dist.files import new_directory
 from txl_dist.process.dist import World
-from txl_dist.process.restarts import restart_count
 from txl_dist.schema import ConfigError
 
 log = logging.getLogger(__name__)
@@ -135,31 +129,23 @@ def check_resumable(point: ResumePoint, global_rows: int, vocab_sha256: str) -> 
         )
 
 
-def load_memories(
-    point: ResumePoint, rows_per_rank: int, rank: int
-) -> tuple[list | None, dict | None]:
-    """This rank's memory rows from whichever saved ranks held them, and its own RNG state.
+def rank_states(point: ResumePoint, name: str) -> list[Any] | None:
+    """Every saved rank's state of the RANK_FILE part `name`; None where the checkpoint was
+    saved before the part existed."""
+    tag_dir = os.path.join(point.directory, point.tag)
+    paths = [os.path.join(tag_dir, rank_file(name, r)) for r in range(point.client.world_size)]
+    if not os.path.exists(paths[0]):
+        return None
+    return [load_trusted(path) for path in paths]
 
-    Rows are global, so the saving world size does not matter as long as the global rows match.
-    The RNG state is returned only when this rank existed with the same rows before.
-    """
-    start, stop = rank * rows_per_rank, (rank + 1) * rows_per_rank
-    pieces, rng = [], None
-    saved_world = point.client.world_size
-    for saved_rank in range(saved_world):
-        path = os.path.join(point.directory, point.tag, f"memory_rank{saved_rank}.pt")
-        saved = load_trusted(path)
-        memory = saved["memory"]
-        if memory is None:
-            return None, None
-        first, count = saved["first_row"], memory[0].size(0)
-        if first == start and count == rows_per_rank:
-            rng = saved["rng"]
-        lo, hi = max(start, first), min(stop, first + count)
-        if lo < hi:
-            pieces.append([layer[lo - first : hi - first] for layer in memory])
-    rows = [torch.cat([piece[i] for piece in pieces]) for i in range(len(pieces[0]))]
-    return rows, rng
+
+def main_file(point: ResumePoint, name: str) -> bytes | None:
+    """The bytes of the MAIN_FILE part `name`; None where the checkpoint lacks it."""
+    path = os.path.join(point.directory, point.tag, name)
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def convert_to_universal(point: ResumePoint) -> str:
@@ -194,29 +180,15 @@ def convert_to_universal(point: ResumePoint) -> str:
 
 
 def restore(
-    point: ResumePoint,
-    universal: bool,
-    engine,
-    streams: TokenStreams,
-    memory: MemoryBank,
-    config: RunConfig,
-    world: World,
-    device: torch.device,
-) -> RunState:
-    """Load a checkpoint into the engine, stream position, memories and RNG; the run's state."""
+    point: ResumePoint, universal: bool, parts: list[CheckpointPart], run: RunState, world: World
+) -> None:
+    """Load a checkpoint into `run` (its id and step) and into every part; a part the checkpoint
+    was saved without gets None."""
     client = point.client
-    check_resumable(point, config.train.global_rows, streams.manifest.vocab_sha256)
     tag = convert_to_universal(point) if universal else point.tag
-    load_path, _ = engine.load_checkpoint(point.directory, tag=tag)
-    if load_path is None:
-        raise RuntimeError(f"DeepSpeed could not load checkpoint {point.directory}/{tag}")
-    streams.load_state_dict(client.stream)
-    rows, rng = load_memories(point, streams.rows, world.rank)
-    memory.load_rows(rows, device)
-    if rng is not None:
-        set_rng_state(rng)
-    else:
-        torch.manual_seed(config.train.seed * 1000 + world.rank + client.step)
+    run.run_id, run.step = client.run_id or run.run_id, client.step
+    for part in parts:
+        part.load_state_dict(_state_of(point, part, tag))
     if world.is_main:
         note = "optimizer via universal checkpoint" if universal else "exact"
         if client.world_size != world.world_size:
@@ -225,13 +197,14 @@ def restore(
             f"resumed {point.tag} at step {client.step} (saved on "
             f"{client.world_size} ranks, now {world.world_size}; {note})"
         )
-    # The same SLURM job again is a requeue, unless the launcher restarted the ranks inside the
-    # allocation (pretrain.sbatch's loop, torchrun): that is a restart only.
-    job = os.environ.get("SLURM_JOB_ID")
-    requeued = job is not None and job == client.slurm_job_id and restart_count() == 0
-    return RunState(
-        run_id=client.run_id or uuid.uuid4().hex[:12],
-        step=client.step,
-        restarts=client.restarts + 1,
-        requeues=client.requeues + int(requeued),
-    )
+
+
+def _state_of(point: ResumePoint, part: CheckpointPart, tag: str) -> Any:
+    """`part`'s saved state, from where its place says (DeepSpeed's from `tag`)."""
+    if part.place is Place.RECORD:
+        return point.client.parts.get(part.name)
+    if part.place is Place.RANK_FILE:
+        return rank_states(point, part.name)
+    if part.place is Place.MAIN_FILE:
+        return main_file(point, part.name)
+    return Location(point.directory, tag)

@@ -1,18 +1,18 @@
-"""What a checkpoint is: the names of its directories, the record in txl.json, the run's place
-and the RNG states saved with each rank's memories."""
+"""What a checkpoint is: the names of its directories and the record in txl.json."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import torch
+from data_pipeline.streams import TokenStreams
+from txl_dist.config.sections import RunConfig
+from txl_dist.engine.checkpoint.layout_v1 import upgraded
+from txl_dist.process.dist import World
 
 CHECKPOINT_DIR = "checkpoints"  # inside train.out_dir
 LATEST = "latest"
@@ -22,7 +22,7 @@ PARTIAL = ".partial"  # suffix of a directory being written; renamed away when c
 UNIVERSAL = "_universal"  # suffix of a checkpoint's universal conversion
 # Everything a checkpoint leaves in the directory: its tag, conversion, and unfinished writes.
 ENTRY_PATTERN = re.compile(rf"^global_step(\d+)({UNIVERSAL})?({re.escape(PARTIAL)})?$")
-STATE_VERSION = 1  # of CheckpointState; files without a version are version 0
+STATE_VERSION = 2  # of CheckpointState; files without a version are version 0
 
 
 def tag_for(step: int) -> str:
@@ -50,20 +50,6 @@ def tags_in(directory: str) -> list[tuple[int, str]]:
     )
 
 
-@dataclass
-class RunState:
-    """Where the run is, kept across resumes in the checkpoint."""
-
-    run_id: str
-    """The run's id (wandb's too)."""
-    step: int = 0
-    """Optimizer steps done."""
-    restarts: int = 0
-    """Resumes before this start."""
-    requeues: int = 0
-    """SLURM requeues before this start."""
-
-
 class CheckpointStateError(ValueError):
     """txl.json cannot be read as a checkpoint state; the message names the file."""
 
@@ -74,8 +60,6 @@ class CheckpointState:
 
     step: int
     """Optimizer steps done."""
-    stream: dict[str, Any]
-    """TokenStreams.state_dict() of the training stream: where the next batch starts."""
     world_size: int
     """Ranks that saved it; another world size loads the optimizer via the universal format."""
     global_rows: int
@@ -93,12 +77,8 @@ class CheckpointState:
     checkpoints, from before char-level data, lack it."""
     run_id: str | None = None
     """Run id (wandb's too), kept across resumes; version 0 files may lack it."""
-    requeues: int = 0
-    """How many times SLURM requeued the job that trained up to this checkpoint."""
-    restarts: int = 0
-    """How many times the run was resumed (any launcher) before this checkpoint."""
-    slurm_job_id: str | None = None
-    """The SLURM job that saved it, if any."""
+    parts: dict[str, Any] = field(default_factory=dict)
+    """The states of the parts placed in the record, by part name (parts/)."""
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Every other file of the checkpoint by relative path: {"bytes": size, "crc32": hex};
     empty in checkpoints saved before txl-dist recorded them, and in the client state DeepSpeed
@@ -119,7 +99,8 @@ class CheckpointState:
                 f"{source} has checkpoint version {version}, newer than this txl-dist reads "
                 f"({STATE_VERSION}): upgrade txl-dist"
             )
-        # Version 0 had the same fields plus DeepSpeed's universal_checkpoint_info.
+        if version < STATE_VERSION:
+            values = upgraded(values)
         names = {f.name for f in dataclasses.fields(cls)}
         required = {
             f.name
@@ -139,23 +120,22 @@ class CheckpointState:
             return cls.from_json(f.read(), path)
 
 
-def rng_state() -> dict[str, Any]:
-    """RNG states in plain types and tensors, so the file loads with weights_only=True."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "numpy": (name, keys.tolist(), pos, has_gauss, gauss),
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    name, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
+def record_facts(
+    config: RunConfig,
+    world: World,
+    rows_per_rank: int,
+    streams: TokenStreams,
+    run_id: str,
+) -> dict[str, Any]:
+    """What every checkpoint record of the run says besides its step and parts (`streams`:
+    its training streams, a mix's too)."""
+    return dict(
+        run_id=run_id,
+        world_size=world.world_size,
+        global_rows=config.train.global_rows,
+        rows_per_rank=rows_per_rank,
+        config=config.public_dict(),  # secrets never reach a checkpoint
+        vocab_size=streams.vocab_size,
+        vocab_sha256=streams.manifest.vocab_sha256,
+        level=streams.manifest.level,
+    )

@@ -5,8 +5,8 @@ import zipfile
 
 import torch
 
-from txl_dist.engine.checkpoint import arena as arena_module
-from txl_dist.engine.checkpoint.arena import PAGE_BYTES, HostArena, serialized, torch_save
+from txl_dist.engine.checkpoint.snapshot import arena as arena_module
+from txl_dist.engine.checkpoint.snapshot.arena import PAGE_BYTES, HostArena, serialized, torch_save
 
 BLOCK = 2 * PAGE_BYTES  # every tensor below spans blocks
 

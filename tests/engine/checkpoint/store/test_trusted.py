@@ -7,6 +7,7 @@ import torch
 
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import UnsafeCheckpointError
+from txl_dist.engine.checkpoint.parts.memory import rng_state, rows_of
 
 
 class Payload:
@@ -23,13 +24,13 @@ def write_checkpoint(directory, payload=None, **save_kwargs):
     """A one-rank checkpoint as our save() writes it; `payload` goes into the memory file."""
     tag = directory / "global_step3"
     tag.mkdir(parents=True)
-    state = {"first_row": 0, "memory": [torch.zeros(2, 3, 4)], "rng": checkpoint.rng_state()}
+    state = {"first_row": 0, "memory": [torch.zeros(2, 3, 4)], "rng": rng_state()}
     if payload is not None:
         state["extra"] = payload
     torch.save(state, tag / "memory_rank0.pt", **save_kwargs)
     state = checkpoint.CheckpointState(
-        step=3, stream={}, world_size=1, global_rows=2, rows_per_rank=2, config={},
-        vocab_size=10, vocab_sha256="0" * 64,
+        step=3, world_size=1, global_rows=2, rows_per_rank=2, config={}, vocab_size=10,
+        vocab_sha256="0" * 64, parts={"stream": {}},
     )  # fmt: skip
     (tag / checkpoint.CLIENT_FILE).write_text(state.to_json())
     (directory / checkpoint.LATEST).write_text(tag.name)
@@ -39,7 +40,7 @@ def write_checkpoint(directory, payload=None, **save_kwargs):
 def test_our_own_checkpoint_passes_and_loads(tmp_path):
     write_checkpoint(tmp_path)
     point = checkpoint.find_resume_point(str(tmp_path), "unused")
-    rows, rng = checkpoint.load_memories(point, rows_per_rank=2, rank=0)
+    rows, rng = rows_of(checkpoint.rank_states(point, "memory"), rows_per_rank=2, rank=0)
     assert rows[0].shape == (2, 3, 4) and rng is not None
 
 

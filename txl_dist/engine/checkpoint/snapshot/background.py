@@ -30,7 +30,7 @@ from typing import Any
 
 from deepspeed.runtime.checkpoint_engine import TorchCheckpointEngine
 
-from txl_dist.engine.checkpoint.arena import HostArena, HostFile, serialized, torch_save
+from txl_dist.engine.checkpoint.snapshot.arena import HostArena, HostFile, serialized, torch_save
 
 
 class SerializingEngine(TorchCheckpointEngine):

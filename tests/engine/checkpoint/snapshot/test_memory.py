@@ -2,7 +2,7 @@
 
 import torch
 
-from txl_dist.engine.checkpoint.snapshot_memory import (
+from txl_dist.engine.checkpoint.snapshot.memory import (
     optimizer_tensors,
     room_among,
     storage_bytes,

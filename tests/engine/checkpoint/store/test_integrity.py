@@ -7,7 +7,7 @@ import pytest
 
 from tests.engine.checkpoint.on_disk import fake_checkpoint
 from txl_dist.engine import checkpoint
-from txl_dist.engine.checkpoint.integrity import record_of
+from txl_dist.engine.checkpoint.store.integrity import record_of
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from txl_dist.engine.checkpoint.arena import HostFile
-from txl_dist.engine.checkpoint.integrity import record_of
+from txl_dist.engine.checkpoint.snapshot.arena import HostFile
+from txl_dist.engine.checkpoint.store.integrity import record_of
 from txl_dist.files import NEW_FILE
 
 O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux's; elsewhere every file goes through the page cache

@@ -13,7 +13,7 @@ import pytest
 from data_pipeline.corpora.subword import TOKENIZER_FILE
 from tests import processes
 from tests.conftest import REPO_ROOT, small_disk
-from tests.engine.checkpoint.transaction_worker import (
+from tests.engine.checkpoint.store.transaction_worker import (
     NEEDED,
     SETTINGS,
     TOKENIZER,
@@ -37,7 +37,9 @@ def saves(tmp_path_factory):
     rank saw."""
     root = tmp_path_factory.mktemp("saves")
     dirs = directories(root)
-    script = f"from tests.engine.checkpoint.transaction_worker import main; main({str(root)!r})"
+    script = (
+        f"from tests.engine.checkpoint.store.transaction_worker import main; main({str(root)!r})"
+    )
     with small_disk(root / "disk", DISK):
         outputs = processes.python_ranks(script, 2, timeout=600, cwd=REPO_ROOT)
         yield dirs, [json.loads(out.split("RESULT ")[1]) for out in outputs]

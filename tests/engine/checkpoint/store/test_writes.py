@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.engine.checkpoint.test_arena import saved_bytes
-from txl_dist.engine.checkpoint import writes
-from txl_dist.engine.checkpoint.arena import HostArena, serialized
-from txl_dist.engine.checkpoint.background import WRITER_NICENESS, yield_cores
-from txl_dist.engine.checkpoint.integrity import digests, write_synced
+from tests.engine.checkpoint.snapshot.test_arena import saved_bytes
+from txl_dist.engine.checkpoint.snapshot.arena import HostArena, serialized
+from txl_dist.engine.checkpoint.snapshot.background import WRITER_NICENESS, yield_cores
+from txl_dist.engine.checkpoint.store import writes
+from txl_dist.engine.checkpoint.store.integrity import digests, write_synced
 
 
 def snapshot(tmp_path, arena):

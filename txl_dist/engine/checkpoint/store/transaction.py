@@ -3,8 +3,8 @@
 Its phases, each passed by every rank together:
 
     prepare  rank 0 clears what an earlier failed save of this step left
-    write    every rank writes its DeepSpeed files and memories into global_stepN.partial/,
-             rank 0 also the files of the whole run (the data's tokenizer.json)
+    write    every rank writes its DeepSpeed files and its rank files into
+             global_stepN.partial/, rank 0 also the main files (the data's tokenizer.json)
     list     every rank lists the files there
     verify   every rank fsyncs and reads its share of the files no rank wrote from memory, and
              records their sizes and CRC-32s (a file written from memory is fsynced and
@@ -17,7 +17,7 @@ every rank removes the partial directory and raises CheckpointSaveError, and `la
 names the previous checkpoint. A kill at any moment leaves `latest` naming a complete one.
 
 An asynchronous save (background.py) divides them: `prepare` and `snapshot` (DeepSpeed's state
-dicts of the live tensors, kept, and the memories serialized) on the training thread, then
+dicts of the live tensors, kept, and the rank files serialized) on the training thread, then
 `serialize` (the kept state dicts into host memory, while the next step's forward and backward
 run), `write` (of the snapshot) to `publish` on a background thread of the lowest priority,
 agreeing over a process group of its own.
@@ -36,17 +36,11 @@ from typing import Any
 
 import torch.distributed as dist
 
-from txl_dist.engine.checkpoint.arena import HostArena, HostFile, serialized
-from txl_dist.engine.checkpoint.background import (
+from txl_dist.engine.checkpoint.snapshot.arena import HostArena, HostFile, serialized
+from txl_dist.engine.checkpoint.snapshot.background import (
     SerializingEngine,
     save_to,
     serializing,
-)
-from txl_dist.engine.checkpoint.integrity import (
-    digests,
-    files_under,
-    fsync,
-    write_synced,
 )
 from txl_dist.engine.checkpoint.state import (
     CLIENT_FILE,
@@ -55,11 +49,15 @@ from txl_dist.engine.checkpoint.state import (
     UNIVERSAL,
     CheckpointState,
     read_latest,
-    rng_state,
     tag_for,
 )
-from txl_dist.engine.checkpoint.writes import write_files
-from txl_dist.engine.memory import MemoryBank
+from txl_dist.engine.checkpoint.store.integrity import (
+    digests,
+    files_under,
+    fsync,
+    write_synced,
+)
+from txl_dist.engine.checkpoint.store.writes import write_files
 from txl_dist.files import new_directory, own_directory, remove
 from txl_dist.process.preflight import DiskRoom
 
@@ -81,10 +79,8 @@ class SaveTransaction:
     """The checkpoints directory."""
     state: CheckpointState
     """What txl.json records (its `files` are filled in by the save)."""
-    memory: MemoryBank
-    """This rank's memories."""
-    first_row: int
-    """The first global stream row this rank's memories belong to."""
+    rank_files: dict[str, Any]
+    """What this rank torch.saves besides DeepSpeed's files, by name in the checkpoint."""
     needed_bytes: float
     """An estimate of one checkpoint's size, for the message when the disk is full."""
     after_phase: Callable[[str, int], None] | None = None
@@ -126,7 +122,7 @@ class SaveTransaction:
 
     def take_snapshot(self) -> None:
         """The training thread's part of an asynchronous save: DeepSpeed's state dicts kept
-        (valid until the next optimizer update) and the memories serialized. Raises
+        (valid until the next optimizer update) and the rank files serialized. Raises
         CheckpointSaveError on every rank if any rank fails."""
         self._together("prepare", self._prepare)
         self._together("snapshot", self._snapshot)
@@ -164,13 +160,14 @@ class SaveTransaction:
             new_directory(self.staging)
 
     def _write(self) -> dict[str, dict[str, Any]]:
-        """This rank's DeepSpeed files and memories, into the partial directory; returns the
-        record of the files written from memory (rank 0's tokenizer.json)."""
+        """This rank's DeepSpeed files and rank files, into the partial directory; returns the
+        record of the files written from memory (rank 0's main files)."""
         own_directory(self.staging)
         with serializing(self.engine, deferred=False):
             self._save_deepspeed()
-        save_to(self._memories(), self._memories_path())
-        return self._named(write_files(self._rank_files()))
+        for name, value in self.rank_files.items():
+            save_to(value, os.path.join(self.staging, name))
+        return self._named(write_files(self._main_files()))
 
     def _write_snapshot(self) -> dict[str, dict[str, Any]]:
         """This rank's snapshot, into the partial directory; returns the record of its files."""
@@ -183,17 +180,20 @@ class SaveTransaction:
         return {os.path.relpath(path, self.staging): record for path, record in records.items()}
 
     def _snapshot(self) -> None:
-        """DeepSpeed's state dicts kept; the memories (the next forward replaces them)
-        serialized into `snapshot`."""
+        """DeepSpeed's state dicts kept; the rank files (the next forward replaces the
+        memories) serialized into `snapshot`."""
         with serializing(self.engine, deferred=True) as kept:
             self._save_deepspeed()
         self.kept = kept
         self.arena.reuse()  # the previous save, if any, is written: its snapshot is dropped
-        memories = {self._memories_path(): serialized(self._memories(), self.arena)}
-        self.snapshot = {**memories, **self._rank_files()}
+        rank_files = {
+            os.path.join(self.staging, name): serialized(value, self.arena)
+            for name, value in self.rank_files.items()
+        }
+        self.snapshot = {**rank_files, **self._main_files()}
 
     def _serialize(self, serialized: threading.Event) -> None:
-        """The kept state dicts serialized into `snapshot`, beside the memories; then this
+        """The kept state dicts serialized into `snapshot`, beside the rank files; then this
         rank's next update may run, without waiting for the other ranks' serialization (their
         updates change only their own tensors, and this rank's through its collectives)."""
         self.snapshot.update(self.kept.serialized_files(self.arena))
@@ -214,22 +214,11 @@ class SaveTransaction:
             dist.barrier()
             raise
 
-    def _memories(self) -> dict[str, Any]:
-        """This rank's memories, the global row they start at, and its RNG states."""
-        return {
-            "first_row": self.first_row,
-            "memory": self.memory.rows_state(),
-            "rng": rng_state(),
-        }
-
-    def _rank_files(self) -> dict[str, bytes]:
+    def _main_files(self) -> dict[str, bytes]:
         """`main_files` by path in the partial directory on rank 0; nothing on the others."""
         if dist.get_rank() != 0:
             return {}
         return {os.path.join(self.staging, name): data for name, data in self.main_files.items()}
-
-    def _memories_path(self) -> str:
-        return os.path.join(self.staging, f"memory_rank{dist.get_rank()}.pt")
 
     def _verify_share(self, names: list[str]) -> dict[str, dict[str, Any]]:
         """Fsync and read this rank's share of `names` (every world_size-th) and record them."""

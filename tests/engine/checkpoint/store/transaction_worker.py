@@ -5,7 +5,7 @@ synchronous one, taken while the next step trains, one whose background write fa
 rank, one falling back to a synchronous save because rank 1's machine says it has no memory
 available), and a synchronous and an asynchronous save where links were planted.
 
-python -c "from tests.engine.checkpoint.transaction_worker import main; main(ROOT)" RANK
+python -c "from tests.engine.checkpoint.store.transaction_worker import main; main(ROOT)" RANK
 prints `RESULT {json}`: what this rank's saves raised, whether the kept checkpoint reloads, the
 phases the after_phase hook heard, the warnings logged, the lines on the snapshots' reserved
 memory and this rank's snapshot estimate.
@@ -31,21 +31,23 @@ from data_pipeline.corpora.subword import Subword
 from tests.conftest import REPO_ROOT
 from txl_dist.config.loading import load_run_config
 from txl_dist.engine import checkpoint
-from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, background
-from txl_dist.engine.checkpoint.snapshot_memory import moments_to_come
+from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
+from txl_dist.engine.checkpoint.parts import DeepSpeedPart, MemoryPart, TokenizerPart
+from txl_dist.engine.checkpoint.snapshot import background
+from txl_dist.engine.checkpoint.snapshot.budget import SnapshotBudget
+from txl_dist.engine.checkpoint.snapshot.memory import moments_to_come
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.process.dist import World, init_distributed
 
 WIDTH = 1000  # a Linear(WIDTH, WIDTH): 1,001,000 parameters, 14 MB per checkpoint
 NEEDED = 16 * (WIDTH * WIDTH + WIDTH)  # preflight's estimate: 16 bytes per parameter
-# The config Checkpointer.state records (these saves pass it by) and whose memories the snapshot
-# estimate counts: any config does.
+# The config whose model's memories the snapshot estimate counts: any config does.
 SETTINGS = ["model.n_token=10", "model.cutoffs=[]", "model.tie_projs=[false]"]
 FILE_LIMIT = 1 << 20  # rank 1's largest file in the one-rank failure: below its optimizer shard
 # The data's tokenizer: a byte-level BPE of 300 tokens (any tokenizer does).
 TOKENIZER = Subword.train_bpe(300, iter(["the cat sat on the mat\n", "a dog sat on a log\n"] * 20))
 STATE = CheckpointState(
-    step=0, stream={}, world_size=2, global_rows=2, rows_per_rank=1, config={}, vocab_size=300,
+    step=0, world_size=2, global_rows=2, rows_per_rank=1, config={}, vocab_size=300,
     vocab_sha256=TOKENIZER.sha256, run_id="r1",
 )  # fmt: skip
 
@@ -131,25 +133,27 @@ def main(root: str) -> None:
     memory = MemoryBank(1)
     memory.set(0, [torch.full((1, 2, 3), float(rank))])
     config = load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), SETTINGS)
+    memories = MemoryPart(memory, rank, 1, torch.device("cpu"), 0, RunState("r1"))
+    parts = [DeepSpeedPart(engine), memories, TokenizerPart(TOKENIZER)]
     savers = {
         name: Checkpointer(
-            engine=engine,
-            memory=memory,
-            config=config,
+            parts=parts,
+            facts={},
             world=world,
-            rows_per_rank=1,
             directory=str(directory),
             save_interval=0,
             keep_last=2,
             needed_bytes=NEEDED,
+            budget=SnapshotBudget(engine, config.model, 1, world),
             async_save=name in ASYNC,
-            tokenizer=TOKENIZER,
         )
         for name, directory in dirs.items()
     }
     if rank == 1:  # this rank's machine says it has no memory for a snapshot
-        savers["fallback"].available_memory = lambda: 0
-    out = {"snapshot_bytes_before_a_step": savers["async"].snapshot_bytes()}  # no moments yet
+        savers["fallback"].budget.available_memory = lambda: 0
+    out = {
+        "snapshot_bytes_before_a_step": savers["async"].budget.snapshot_bytes()
+    }  # no moments yet
     out["host_growth_before_a_step"] = moments_to_come(engine.optimizer, in_host_memory=True)
     warnings, infos = _logged(logging.WARNING), _logged(logging.INFO)
     phases = {"plain": [], "async": [], "fallback": []}  # [phase, step] as the hook heard them
@@ -213,7 +217,7 @@ def main(root: str) -> None:
     out["phases"], out["async_phases"] = phases["plain"], phases["async"]
     out["fallback_phases"], out["warnings"] = phases["fallback"], warnings
     out["reservations"] = [line for line in infos if line.startswith("asynchronous saves: ")]
-    out["snapshot_bytes"] = savers["async"].snapshot_bytes()
+    out["snapshot_bytes"] = savers["async"].budget.snapshot_bytes()
     out["host_growth"] = moments_to_come(engine.optimizer, in_host_memory=True)
     print("RESULT " + json.dumps(out), flush=True)
     dist.destroy_process_group()
