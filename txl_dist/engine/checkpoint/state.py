@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from data_pipeline.streams import TokenStreams
+from data_pipeline import BatchStream
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint.layout_v1 import upgraded
 from txl_dist.process.dist import World
@@ -124,7 +124,7 @@ def record_facts(
     config: RunConfig,
     world: World,
     rows_per_rank: int,
-    streams: TokenStreams,
+    streams: BatchStream,
     run_id: str,
 ) -> dict[str, Any]:
     """What every checkpoint record of the run says besides its step and parts (`streams`:

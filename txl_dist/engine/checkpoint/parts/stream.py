@@ -5,15 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from data_pipeline.streams import TokenStreams
+from data_pipeline import BatchStream
 from txl_dist.engine.checkpoint.parts.part import Place
 
 
 @dataclass
 class StreamPart:
-    """TokenStreams.state_dict() of the training streams (a mix's too)."""
+    """The training streams' state_dict() (TokenStreams or a mix's MixedStreams)."""
 
-    streams: TokenStreams
+    streams: BatchStream
     """This rank's training streams."""
     name: str = "stream"
     place: Place = Place.RECORD

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
+from data_pipeline import TOKENIZER_FILE, Subword
 from txl_dist.engine.checkpoint.parts.part import Place
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from isal import isal_zlib
 
-from data_pipeline.corpora.subword import TOKENIZER_FILE
+from data_pipeline import TOKENIZER_FILE
 from txl_dist.engine.checkpoint.state import CLIENT_FILE
 from txl_dist.files import open_new
 
