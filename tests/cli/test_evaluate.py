@@ -23,6 +23,7 @@ from tests.data_pipeline.paper_inputs import write_zip
 from txl_dist.cli import USAGE_ERROR
 from txl_dist.cli.evaluate import EvalReport, check_data_vocab, main, render, text_ids
 from txl_dist.exports.context import SweepRow, effective_context, read_csv, recl
+from txl_dist.exports.loading import DATA_FILE, EVAL_ROWS
 from txl_dist.exports.sweep import SweepResult
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.attention import sinusoid_encoding
@@ -133,6 +134,26 @@ def test_eval_lengths_come_from_the_config_and_can_be_overridden(capsys, corpus,
     )  # fmt: skip
     expected = dict(tgt_len=4, mem_len=20, clamp_len=10, same_length=False, dtype="bf16")
     assert {k: changed["settings"][k] for k in expected} == expected
+
+
+def test_rows_and_dtype_default_to_the_training_runs_evaluation(capsys, corpus, model_dir):
+    """txl-export records the run's evaluation rows and precision in data.json: txl-eval scores
+    with them unless told otherwise; without the record, the reference's 10 rows in fp32."""
+    source = ["--model", model_dir, "--text", corpus / "src" / "valid.txt"]
+    plain = txl_eval(capsys, *source)["settings"]
+    assert (plain["batch_size"], plain["dtype"]) == (EVAL_ROWS, "fp32")
+    data = model_dir / DATA_FILE
+    try:
+        data.write_text(json.dumps({"level": "word", "evaluation": {"rows": 4, "dtype": "bf16"}}))
+        recorded = txl_eval(capsys, *source)["settings"]
+        assert (recorded["batch_size"], recorded["dtype"]) == (4, "bf16")
+        told = txl_eval(capsys, *source, "--batch-size", 3, "--dtype", "fp32")["settings"]
+        assert (told["batch_size"], told["dtype"]) == (3, "fp32")
+        data.write_text(json.dumps({"evaluation": {"rows": 0, "dtype": "bf16"}}))
+        assert main([*map(str, source), "--no-progress"]) == USAGE_ERROR
+        assert "data.json: evaluation" in capsys.readouterr().err
+    finally:
+        data.unlink()
 
 
 def test_bad_inputs_are_clear_errors(capsys, corpus, model_dir, tmp_path):

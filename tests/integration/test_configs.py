@@ -167,7 +167,7 @@ def test_enwik8_base_trains_reports_bpc_checkpoints_and_exports(tmp_path, enwik8
     export_dir = tmp_path / "export"
     assert_exports_and_loads_without_deepspeed(run, export_dir, "enwik8_base")
     assert json.loads((export_dir / "data.json").read_text()) == {
-        "dataset": "enwik8", "level": "char"
+        "dataset": "enwik8", "level": "char", "evaluation": {"rows": 2, "dtype": "fp32"}
     }  # fmt: skip
     assert (
         f"valid: loss {valid['loss']:.4f}, bpc {valid['bpc']:.3f}"

@@ -118,7 +118,7 @@ def test_fresh_process_loads_both_formats_without_deepspeed(zero_runs, exports, 
         "README.md", "config.json", "data.json", "pytorch_model.bin", "vocab.txt"
     ]  # fmt: skip
     assert json.loads((torch_dir / "data.json").read_text()) == {
-        "dataset": "wikitext-103", "level": "word"
+        "dataset": "wikitext-103", "level": "word", "evaluation": {"rows": 8, "dtype": "bf16"}
     }  # fmt: skip
     ids = torch.randint(0, 32487, (2, 16), generator=torch.Generator().manual_seed(0))
     torch.save(ids, tmp_path / "ids.pt")

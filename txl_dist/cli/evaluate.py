@@ -10,11 +10,12 @@
 
 Every token but the first is scored exactly once, with the config's evaluation lengths (the
 paper's: eval_tgt_len, eval_mem_len, eval_clamp_len, eval_same_length) unless overridden by
---tgt-len, --mem-len, --clamp-len, --same-length. Rows are independent streams that start without
-memory, so the perplexity depends on --batch-size; with the training run's eval rows and --dtype
-(see the export's README.md) it reproduces the engine's evaluation. A text file is tokenized as
-WikiText: whitespace-split lines, each followed by <eos>, unknown words as the unknown token; for
-a model of subword data, by its export's tokenizer.json, the whole file as one document.
+--tgt-len, --mem-len, --clamp-len, --same-length. Rows are independent streams that start
+without memory, so the perplexity depends on --batch-size; by default the training run's
+evaluation rows and precision (the export's data.json), so it reproduces the engine's
+evaluation. A text file is tokenized as WikiText: whitespace-split lines, each followed by
+<eos>, unknown words as the unknown token; for a model of subword data, by its export's
+tokenizer.json, the whole file as one document.
 Character-level data (the manifest's level) is reported in bits per character (loss / ln 2).
 
 A sweep (--sweep-mem-len or --sweep-clamp-len) scores every length in one run, reading the
@@ -51,7 +52,13 @@ from data_pipeline import (
 from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.engine.evaluate import evaluate
 from txl_dist.exports.context import RECL_THRESHOLD, write_csv
-from txl_dist.exports.loading import DTYPES, EVAL_ROWS, export_vocabulary, load_for_evaluation
+from txl_dist.exports.loading import (
+    DTYPES,
+    EVAL_ROWS,
+    export_evaluation,
+    export_vocabulary,
+    load_for_evaluation,
+)
 from txl_dist.exports.sweep import (
     SweepResult,
     run_sweep,
@@ -167,10 +174,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--same-length", choices=("true", "false"), help="default: eval_same_length")
     p.add_argument(
-        "--batch-size", type=int, default=EVAL_ROWS,
-        help="rows scored in parallel, over all ranks",
+        "--batch-size", type=int,
+        help=f"rows scored in parallel, over all ranks (default: the training run's evaluation "
+        f"rows; {EVAL_ROWS} for an export that does not record them)",
     )  # fmt: skip
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="compute dtype")
+    p.add_argument(
+        "--dtype", choices=sorted(DTYPES),
+        help="compute dtype (default: the training run's; fp32 for an export that does not say)",
+    )  # fmt: skip
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     sweep = p.add_mutually_exclusive_group()
     sweep.add_argument("--sweep-mem-len", type=_lengths, metavar="L1,L2,...", help="sweep mem_len")
@@ -191,7 +202,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.lengths = args.sweep_mem_len or args.sweep_clamp_len
     args.sweep = "mem_len" if args.sweep_mem_len else "clamp_len" if args.lengths else None
-    if args.batch_size < 1:
+    if args.batch_size is not None and args.batch_size < 1:
         p.error("--batch-size must be at least 1")
     if args.sweep is None and (len(args.model) > 1 or args.out):
         p.error("several --model and --out need a sweep: add --sweep-mem-len or --sweep-clamp-len")
@@ -333,6 +344,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.tasks:
         return harness_tasks(args)
+    try:
+        rows, dtype = export_evaluation(args.model[0], torch.device(args.device))
+    except ValueError as err:
+        print(f"txl-eval: error: {err}", file=sys.stderr)
+        return USAGE_ERROR
+    args.batch_size, args.dtype = args.batch_size or rows, args.dtype or dtype
     world = world_from_env()
     device = torch.device(args.device)
     if world.world_size > 1:
@@ -369,7 +386,8 @@ def harness_tasks(args: argparse.Namespace) -> int:
     )  # fmt: skip
     try:
         model = TXLM(
-            args.model[0], args.batch_size, args.device, args.dtype, args.tgt_len, args.mem_len,
+            args.model[0], args.batch_size or EVAL_ROWS, args.device, args.dtype or "fp32",
+            args.tgt_len, args.mem_len,
             args.clamp_len, None if args.same_length is None else args.same_length == "true",
         )  # fmt: skip
         output = run_tasks(model, args.model[0], run)

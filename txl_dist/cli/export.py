@@ -113,6 +113,7 @@ def export(
     def write_extra(directory: str) -> None:
         vocab.save(os.path.join(directory, TOKENIZER_FILE if subword else VOCAB_FILE))
         data = {"dataset": ckpt.config.data.dataset, "level": ckpt.point.client.level}
+        data["evaluation"] = {"rows": ckpt.plan.eval_rows, "dtype": ckpt.plan.precision}
         if subword:  # what loads check the export's tokenizer.json against
             data["tokenizer"] = tokenizer_record(vocab)
         with open(os.path.join(directory, DATA_FILE), "w") as f:

@@ -23,8 +23,9 @@ EVAL_ROWS = 10
 """Rows an evaluation scores side by side unless told: the reference eval.py's batch size."""
 
 DATA_FILE = "data.json"
-"""What the model was trained on: {"dataset": name, "level": "char" or "word"}, and for subword
-data its tokenizer.json's record: {"tokenizer": {"sha256": ..., "bytes": ...}}."""
+"""What the model was trained on: {"dataset": name, "level": "char" or "word"}, how its run
+evaluated: {"evaluation": {"rows": global evaluation rows, "dtype": the run's precision}}, and
+for subword data its tokenizer.json's record: {"tokenizer": {"sha256": ..., "bytes": ...}}."""
 
 
 def export_data(model_dir: str) -> dict:
@@ -44,6 +45,21 @@ def export_level(model_dir: str) -> str:
         path = os.path.join(model_dir, DATA_FILE)
         raise ValueError(f"{path}: level {level!r} is not one of {', '.join(SCORE_OF_LEVEL)}")
     return level
+
+
+def export_evaluation(model_dir: str, device: torch.device) -> tuple[int, str]:
+    """(rows, dtype) the training run evaluated with, so txl-eval scores as the engine did:
+    EVAL_ROWS and fp32 for an export that does not say (older, or save_pretrained's), fp32 for
+    an fp16 run on a CPU (fp16 is a GPU's precision)."""
+    evaluation = export_data(model_dir).get("evaluation", {})
+    rows, dtype = evaluation.get("rows", EVAL_ROWS), evaluation.get("dtype", "fp32")
+    if not (isinstance(rows, int) and rows > 0 and dtype in DTYPES):
+        path = os.path.join(model_dir, DATA_FILE)
+        raise ValueError(
+            f"{path}: evaluation {evaluation!r} is not {{rows: >= 1, dtype: one of "
+            f"{', '.join(DTYPES)}}}; export the checkpoint again"
+        )
+    return rows, "fp32" if dtype == "fp16" and device.type == "cpu" else dtype
 
 
 def export_vocab(model_dir: str) -> Vocab | None:
