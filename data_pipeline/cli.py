@@ -84,6 +84,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+INTERRUPTED_LINE = "txl-prepare: interrupted; the same command goes on from the units it finished"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``txl-prepare``; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
@@ -115,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as err:  # input errors exit 2, like usage errors and txl-pretrain's
         print(f"txl-prepare: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # 128 + SIGINT, as a shell reports it
+        print(INTERRUPTED_LINE, file=sys.stderr)
+        return 130
     if manifests is None:  # --merge built the vocabulary (or trained the tokenizer)
         where = redact_text(job.vocabulary.at)
         print(f"vocabulary built: {where}; now run the parts again, then --merge")

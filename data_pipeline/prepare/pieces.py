@@ -6,6 +6,7 @@ to the main process, whose memory so never depends on how much text passes throu
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ def in_own_process(fn: Callable[[], object], what: str) -> object:
     receive, send = ctx.Pipe(duplex=False)
 
     def run() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to answer
         try:
             send.send((True, fn()))
         except BaseException as err:  # noqa: BLE001 -- handed to the parent, which raises it
@@ -104,6 +106,13 @@ def in_own_process(fn: Callable[[], object], what: str) -> object:
     return result
 
 
+def start_worker(vocab: Vocabulary | None) -> None:
+    """A pool worker's start: Ctrl-C reaches the whole terminal's group, but only the parent
+    answers it (in one line); the pool ends its workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_vocab(vocab)
+
+
 def run_pieces(
     fn: Callable, documents: Documents, pieces: list[Piece], storage_options: dict, workers: int,
     vocab: Vocabulary | None = None,
@@ -121,7 +130,7 @@ def run_pieces(
         return
     # fork: workers start at once and inherit the vocabulary instead of unpickling it.
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(workers, initializer=set_vocab, initargs=(vocab,)) as pool:
+    with ctx.Pool(workers, initializer=start_worker, initargs=(vocab,)) as pool:
         pending: deque = deque()
         for piece in pieces:
             pending.append(pool.apply_async(fn, (documents, piece, storage_options)))

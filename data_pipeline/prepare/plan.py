@@ -4,6 +4,7 @@ the pieces of units run through the workers."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -108,18 +109,18 @@ class Plan:
         pieces of all units back to back, so they never wait at a unit's end."""
         tasks = [(u, p) for u in units for p in u.pieces(self.settings.piece_bytes)]
         total = sum(p[2] - p[1] for _, p in tasks)
-        results = run_pieces(
-            fn,
-            self.documents,
-            [p for _, p in tasks],
-            self.source_options,
-            self.settings.workers,
-            voc,
-        )
-        with tqdm(
-            total=total, unit="B", unit_scale=True, desc=f"{self.dataset} {fn.__name__}",
-            disable=not self.settings.progress,
-        ) as bar:  # fmt: skip
+        # Closed here, not by the garbage collector once zip has stopped reading it: its pool
+        # ends in that close, and a Ctrl-C during a collector's close would be ignored.
+        pieces = [p for _, p in tasks]
+        workers = self.settings.workers
+        results = run_pieces(fn, self.documents, pieces, self.source_options, workers, voc)
+        with (
+            contextlib.closing(results),
+            tqdm(
+                total=total, unit="B", unit_scale=True, desc=f"{self.dataset} {fn.__name__}",
+                disable=not self.settings.progress,
+            ) as bar,
+        ):  # fmt: skip
             for unit, group in itertools.groupby(zip(tasks, results), key=lambda x: x[0][0]):
                 yield unit, counted(bar, (r for _, r in group))
 
