@@ -362,3 +362,12 @@ def test_same_length_and_clamp_len_change_the_loss_as_the_math_says(capsys, peri
     assert unclamped == pytest.approx(full, abs=1e-4)
     assert loss("--mem-len", 8, "--clamp-len", 2) > unclamped + 5
     assert loss("--mem-len", 8, "--clamp-len", 12) == unclamped
+
+
+def test_a_missing_include_path_is_named_before_the_harness_starts(capsys, model_dir, tmp_path):
+    """Not after a minute of indexing the harness's tasks, as "not a registered task"."""
+    args = ["--model", model_dir, "--tasks", "mine", "--include-path", tmp_path / "no-such-dir"]
+    with pytest.raises(SystemExit) as exit_:
+        main(list(map(str, args)))
+    assert exit_.value.code == USAGE_ERROR
+    assert "no-such-dir is not a directory of task YAML files" in capsys.readouterr().err

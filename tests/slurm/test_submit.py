@@ -59,3 +59,24 @@ def test_cores_per_rank_are_asked_for_or_left_to_the_site():
     assert "--cpus-per-task" not in flags
     assert "--cpus-per-task" not in " ".join(sbatch_line("--", "-c"))  # CPU ranks: as before
     assert "--cpus-per-task 2" in " ".join(sbatch_line("--", "-c", TXL_CPUS_PER_TASK="2"))
+
+
+def test_without_sbatch_it_says_where_to_run_it(tmp_path):
+    """No SLURM here: one line and exit 2, not the shell's raw `sbatch: not found`."""
+    tools = tmp_path / "bin"  # every command of the system but sbatch
+    tools.mkdir()
+    for directory in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for tool in os.scandir(directory):
+            if tool.name != "sbatch" and not (tools / tool.name).exists():
+                (tools / tool.name).symlink_to(tool.path)
+    proc = subprocess.run(
+        [SUBMIT, "--nodes", "1", "--", "--config", "configs/tiny.json"],
+        env={**os.environ, "PATH": str(tools)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "submit: sbatch not found: run this on a SLURM login node (or --dry-run to see the line)\n"
+    )

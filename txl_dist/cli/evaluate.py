@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass
 
@@ -212,6 +213,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "--include-path, --output-path, --num-fewshot, --limit and --trust-task-code go "
             "with --tasks"
         )
+    if args.include_path is not None and not os.path.isdir(args.include_path):
+        p.error(f"--include-path {args.include_path} is not a directory of task YAML files")
     if args.tasks and args.sweep:
         p.error("--tasks runs harness tasks, not a sweep: drop --sweep-mem-len/--sweep-clamp-len")
     if len(set(args.model)) < len(args.model):
