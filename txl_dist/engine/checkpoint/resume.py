@@ -124,8 +124,9 @@ def check_resumable(point: ResumePoint, global_rows: int, vocab_sha256: str) -> 
     if saved.vocab_sha256 != vocab_sha256:
         raise ConfigError(
             f"checkpoint {point.tag} was trained on data with vocabulary sha256 "
-            f"{saved.vocab_sha256[:12]}, data.path has {vocab_sha256[:12]}: resume on the data "
-            "it was trained on (or prepare this data with that vocabulary, --vocab)"
+            f"{saved.vocab_sha256[:12]}, this run's data has {vocab_sha256[:12]}: resume on the "
+            "data it was trained on, or prepare this data with the checkpoint's vocabulary "
+            "(txl-prepare --vocab FILE) or tokenizer (--tokenizer FILE, for subword data)"
         )
 
 
