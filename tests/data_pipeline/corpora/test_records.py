@@ -22,7 +22,7 @@ from data_pipeline.corpora.subword import Subword
 from data_pipeline.prepare.job import Job, prepare
 from data_pipeline.prepare.settings import Settings
 from data_pipeline.prepare.verify import verify
-from data_pipeline.shards.errors import CorpusFormatError
+from data_pipeline.shards.errors import CorpusFormatError, ShardCorruptError, VocabMismatchError
 from data_pipeline.shards.format import load_manifest, manifest_url
 from txl_dist.config.loading import resolve_vocab_size
 
@@ -479,3 +479,30 @@ def test_a_bpe_tokenizer_trained_without_boundaries_is_trained_again(
     assert (out / "tokenizer.json").read_text() == trained
     assert manifest["train"].eos_token == "<|endoftext|>" and manifest["train"].eos_id == 0
     assert_split_is_the_library_encoding(out, "train", lm1b_sentences[:300])
+
+
+def test_verify_checks_every_document_ends_with_the_token_its_manifest_names(
+    tmp_path, wikitext103_articles
+):
+    write_jsonl(tmp_path / "src" / "train" / "articles.jsonl", wikitext103_articles[:30])
+    out = tmp_path / "out"
+    # Small samples and shards: documents cut across samples and across shards.
+    layout = {"sample_size": 500, "shard_size": 2000}
+    manifest = prepare("jsonl", str(out), str(tmp_path / "src"), tokenizer="bpe:400", **layout)
+    shards = manifest["train"].shards
+    assert len(shards) > 3 and any(s.sample_continues[0] for s in shards[1:])
+    (line,) = verify(str(out))
+    assert line.endswith("each document ending with <|endoftext|> OK")
+    path = out / "train" / "manifest.json"
+    raw = json.loads(path.read_text())
+    library = Tokenizer.from_file(str(out / "tokenizer.json"))
+    raw["eos_id"] = library.token_to_id("\u0120the")  # another token's id: not the tokenizer's
+    path.write_text(json.dumps(raw))
+    with pytest.raises(VocabMismatchError, match=re.escape("eos_token '<|endoftext|>' is not id")):
+        verify(str(out))
+    raw["eos_token"] = "\u0120the"  # consistent, but the documents end otherwise
+    path.write_text(json.dumps(raw))
+    with pytest.raises(
+        ShardCorruptError, match=r"\.tar: sample \d+: document \d+ does not end with the end"
+    ):
+        verify(str(out))
