@@ -6,7 +6,7 @@ from tests.conftest import REPO_ROOT
 
 PRESETS = [
     "tiny", "wt103_base", "large", "lm1b_base", "lm1b_large", "enwik8_base", "enwik8_large",
-    "text8_large",
+    "text8_large", "own_bpe",
 ]  # fmt: skip
 
 
