@@ -151,6 +151,6 @@ def print_manifests(out: str, manifests: dict[str, Manifest]) -> None:
         print(
             f"{split}: {m.tokens} tokens, {m.documents} documents, {len(m.shards)} shards, "
             f"vocab {m.vocab_size}, {m.oov_tokens} out-of-vocabulary"
-            + (f", {m.eos_token} (id {m.eos_id}) after each document" if m.eos_token else "")
+            + (f", {m.eos_token!r} (id {m.eos_id}) after each document" if m.eos_token else "")
             + f" -> {redact_text(manifest_url(out, split))}"
         )

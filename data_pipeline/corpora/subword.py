@@ -63,6 +63,9 @@ def bpe_size(spec: str) -> int | None:
 class Subword:
     """A tokenizer of the ``tokenizers`` library, kept as its ``tokenizer.json`` text."""
 
+    eos: str | None = None
+    """Its end-of-document token (None: it has none)."""
+
     def __init__(self, json_text: str, where: str = TOKENIZER_FILE, eos: str | None = None):
         """The tokenizer serialized as ``json_text``, checked before the library parses it
         (tokenizer_spec.py; ``where`` names it in errors). ``eos`` names its end-of-document

@@ -73,7 +73,7 @@ def verify_split(url: str, vocab: Vocab | Subword, storage_options: dict | None 
     goes_on = [bool(s.sample_continues[:1] == [1]) for s in manifest.shards[1:]] + [False]
     for shard, continued in zip(manifest.shards, goes_on):
         verify_shard(shard_url(url, shard), shard, len(vocab), storage_options, eos, continued)
-    ends = "" if eos is None else f", each document ending with {manifest.eos_token}"
+    ends = "" if eos is None else f", each document ending with {manifest.eos_token!r}"
     return f"{url}: {len(manifest.shards)} shards, {manifest.tokens} tokens{ends} OK"
 
 

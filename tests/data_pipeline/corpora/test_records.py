@@ -492,7 +492,7 @@ def test_verify_checks_every_document_ends_with_the_token_its_manifest_names(
     shards = manifest["train"].shards
     assert len(shards) > 3 and any(s.sample_continues[0] for s in shards[1:])
     (line,) = verify(str(out))
-    assert line.endswith("each document ending with <|endoftext|> OK")
+    assert line.endswith("each document ending with '<|endoftext|>' OK")
     path = out / "train" / "manifest.json"
     raw = json.loads(path.read_text())
     library = Tokenizer.from_file(str(out / "tokenizer.json"))

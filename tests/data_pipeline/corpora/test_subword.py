@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 
 import pytest
 
@@ -64,3 +65,18 @@ def test_bpe_trains_with_its_end_of_text_token_and_a_file_names_its_own(lm1b_sen
     assert named.eos_id == trained.tokenizer.token_to_id("\u0120the")
     with pytest.raises(CorpusFormatError, match="--eos-token 'the end': t.json has no such"):
         Subword(trained.json_text, "t.json", eos="the end")
+
+
+def test_the_refusals_hint_adds_an_end_of_text_token_that_is_then_used(lm1b_sentences):
+    spec = json.loads(Subword.train_bpe(300, iter(lm1b_sentences[:500])).json_text)
+    (eos,) = spec.pop("added_tokens")
+    del spec["model"]["vocab"][eos["content"]]
+    spec["model"]["vocab"] = {t: i - 1 for t, i in spec["model"]["vocab"].items()}
+    bare = Subword(json.dumps(spec), "bare.json")
+    with pytest.raises(CorpusFormatError, match="bare.json has no end-of-text token") as err:
+        bare.require_eos("bare.json")
+    hint = re.search(r"\((\{.*\})\)$", str(err.value)).group(1)
+    spec["added_tokens"] = [json.loads(hint)]  # the entry the line says to add
+    fixed = Subword(json.dumps(spec), "fixed.json").require_eos("fixed.json")
+    assert (fixed.eos, fixed.eos_id, len(fixed)) == ("<|endoftext|>", 299, 300)
+    assert fixed.byte_level is not None  # still the fast encoder's kind
