@@ -120,6 +120,17 @@ def test_a_directory_that_is_neither_export_nor_checkpoint_is_refused(tmp_path):
         open_source(str(tmp_path))
 
 
+def test_a_remote_url_is_refused_and_a_file_url_read(data, tmp_path):
+    with pytest.raises(
+        ConfigError, match=r"is remote \(s3://\); init_from reads a local path only"
+    ):
+        open_source("s3://bucket/export")
+    make_export(tmp_path / "export", run_config(data).model, data / "vocab.txt")
+    source = open_source(f"file://{tmp_path / 'export'}")
+    assert source.kind == "export"
+    assert isinstance(source_model(source), TransformerXL)
+
+
 def test_an_export_without_vocabulary_is_refused(data, tmp_path):
     make_export(tmp_path / "export", run_config(data).model, vocab=None)
     with pytest.raises(ConfigError, match="no vocab.txt or tokenizer.json"):

@@ -20,10 +20,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import fsspec
 import torch
 from torch import nn
 
-from data_pipeline import DataError, load_manifest, manifest_url
+from data_pipeline import DataError, load_manifest, manifest_url, redact_text
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint import CHECKPOINT_DIR, CLIENT_FILE, LATEST
 from txl_dist.engine.checkpoint.consolidate import (
@@ -86,7 +87,13 @@ class InitSource:
 def open_source(path: str) -> InitSource:
     """The export or checkpoint at `path` (a run directory, checkpoints/ or global_stepN),
     its config and vocabulary hash read; ConfigError in one line if it is neither."""
-    local = os.path.expanduser(path.removeprefix("file://"))
+    protocol, local = fsspec.core.split_protocol(path)
+    if protocol not in (None, "file", "local"):
+        raise ConfigError(
+            f"train.init_from={redact_text(path)} is remote ({protocol}://); init_from reads a "
+            "local path only: copy the export or checkpoint to local storage and name that"
+        )
+    local = os.path.expanduser(local)
     # A run directory holds a config.json too (the run config): the checkpoint layout first.
     training = (os.path.join(CHECKPOINT_DIR, LATEST), LATEST, CLIENT_FILE)
     is_training = any(os.path.exists(os.path.join(local, name)) for name in training)
@@ -163,7 +170,8 @@ def source_model(source: InitSource) -> TransformerXL:
     """The source's model in fp32 on the CPU: an export's weights, or a checkpoint's fp32
     master weights consolidated from any ZeRO stage."""
     if source.checkpoint is None:
-        return TransformerXL.from_pretrained(source.path.removeprefix("file://")).float()
+        _, local = fsspec.core.split_protocol(source.path)
+        return TransformerXL.from_pretrained(os.path.expanduser(local)).float()
     ckpt = source.checkpoint
     return build_model(ckpt, consolidated_weights(ckpt), torch.float32)
 
