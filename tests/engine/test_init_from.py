@@ -3,6 +3,7 @@ weights copied into the run's freshly built model."""
 
 from __future__ import annotations
 
+import copy
 import shutil
 from pathlib import Path
 
@@ -166,6 +167,15 @@ def test_copy_weights_gathers_each_modules_parameters_once(data, tmp_path):
     copy_weights(model, source, gathered)
     assert sum(gathers) == len(list(model.parameters()))  # tied parameters once
     assert all(gathers)
+    # A ZeRO-3 rank other than the gathers' modifier: the same gathers, nothing written.
+    before, other_gathers = copy.deepcopy(model.state_dict()), gathers.copy()
+    gathers.clear()
+    torch.nn.init.zeros_(model.r_w_bias)
+    before["r_w_bias"] = model.r_w_bias.detach().clone()
+    copy_weights(model, None, gathered)
+    assert gathers == other_gathers
+    for name, weight in model.state_dict().items():
+        assert torch.equal(weight, before[name]), name
 
 
 def test_the_architecture_fields_are_the_ones_that_shape_the_parameters():

@@ -238,8 +238,9 @@ def build_model(
     the same on every rank and stage.
 
     Under ZeRO-3 it is built inside `deepspeed.zero.Init`: each module is partitioned as soon
-    as it exists and initialised through a gather, so no rank ever holds the whole model (a
-    source's weights are read whole on every rank, in fp32 on the CPU, then copied in).
+    as it exists and initialised through a gather, so no rank ever holds the whole model. A
+    source's weights are read whole in fp32 on the CPU, then copied in: on every rank, or under
+    ZeRO-3 on rank 0 alone, the gathers' modifier, whose values they hand to the others.
     """
     if config.zero_stage == 3:
         with deepspeed.zero.Init(config_dict_or_path=ds_config):
@@ -256,7 +257,8 @@ def build_model(
     if source is None:
         model.init_weights(gathered)
     else:
-        copy_weights(model, source_model(source), gathered)
+        reads = gathered is None or torch.distributed.get_rank() == 0
+        copy_weights(model, source_model(source) if reads else None, gathered)
     return model
 
 

@@ -176,12 +176,16 @@ def source_model(source: InitSource) -> TransformerXL:
     return build_model(ckpt, consolidated_weights(ckpt), torch.float32)
 
 
-def copy_weights(model: nn.Module, source: nn.Module, gathered: Gather | None = None) -> None:
+def copy_weights(
+    model: nn.Module, source: nn.Module | None, gathered: Gather | None = None
+) -> None:
     """Every parameter of `model` set to the same-named one of `source`, module by module in
     the same order on every rank; `gathered(params)` makes ZeRO-3's partitioned parameters
-    whole while they are written (as model.init_weights)."""
+    whole while they are written (as model.init_weights). Under ZeRO-3 only the gathers'
+    modifier rank (0) needs the source, whose values the gathers hand to every rank: the
+    others pass None and take part in the same gathers."""
     gathered = gathered or (lambda params: contextlib.nullcontext())
-    weights = dict(source.named_parameters())
+    weights = None if source is None else dict(source.named_parameters())
     names = {id(param): name for name, param in model.named_parameters()}  # tied ones once
     done: set[int] = set()
     for module in model.modules():
@@ -190,7 +194,7 @@ def copy_weights(model: nn.Module, source: nn.Module, gathered: Gather | None = 
             continue
         done.update(id(p) for p in params)
         with gathered(params), torch.no_grad():
-            for param in params:
+            for param in params if weights is not None else ():
                 weight = weights[names[id(param)]]
                 if weight.shape != param.shape:
                     raise ValueError(
