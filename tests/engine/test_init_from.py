@@ -132,6 +132,12 @@ def test_a_remote_url_is_refused_and_a_file_url_read(data, tmp_path):
     assert isinstance(source_model(source), TransformerXL)
 
 
+def test_a_hugging_face_export_is_refused_saying_which_format_to_use(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "txl_dist", "auto_map": {}, "txl": {}}')
+    with pytest.raises(ConfigError, match=r"^train.init_from=.* is a Hugging Face export"):
+        open_source(str(tmp_path))
+
+
 def test_an_export_without_vocabulary_is_refused(data, tmp_path):
     make_export(tmp_path / "export", run_config(data).model, vocab=None)
     with pytest.raises(ConfigError, match="no vocab.txt or tokenizer.json"):

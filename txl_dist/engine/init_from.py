@@ -113,7 +113,17 @@ def open_source(path: str) -> InitSource:
 def _export_source(path: str, local: str) -> InitSource:
     try:
         with open(os.path.join(local, CONFIG_FILE)) as f:
-            model = TXLConfig.from_dict(json.load(f))
+            values = json.load(f)
+    except (ValueError, OSError) as err:
+        raise ConfigError(f"train.init_from={path}: not a readable export: {err}") from err
+    if isinstance(values, dict) and "auto_map" in values:
+        raise ConfigError(
+            f"train.init_from={path} is a Hugging Face export (txl-export --format hf); "
+            "init_from reads txl-export's safetensors or torch format: export the "
+            "checkpoint again without --format hf, or name the checkpoint itself"
+        )
+    try:
+        model = TXLConfig.from_dict(values)
         vocabulary = export_vocabulary(local)
     except (ValueError, DataError, OSError) as err:
         raise ConfigError(f"train.init_from={path}: not a readable export: {err}") from err
