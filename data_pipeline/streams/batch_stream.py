@@ -75,5 +75,6 @@ def check_vocab(manifest: Manifest, url: str, n_token: int) -> None:
         raise VocabMismatchError(
             f"{url}: data has a vocabulary of {manifest.vocab_size} tokens, the model has "
             f'{n_token}; set the model\'s n_token to {manifest.vocab_size} (or "auto") or '
-            "prepare the data with the model's vocabulary (--vocab)"
+            "prepare the data with the model's vocabulary (txl-prepare --vocab FILE, or "
+            "--tokenizer FILE for subword data)"
         )

@@ -21,10 +21,11 @@ from data_pipeline.streams.text_batches import TextBatches
 from data_pipeline.vocab import EOS, Vocab
 from tests.data_pipeline.paper_inputs import write_zip
 from txl_dist.cli import USAGE_ERROR
-from txl_dist.cli.evaluate import EvalReport, check_data_vocab, main, render, text_ids
+from txl_dist.cli.evaluate import EvalReport, check_data_vocab, main, render
 from txl_dist.exports.context import SweepRow, effective_context, read_csv, recl
 from txl_dist.exports.loading import DATA_FILE, EVAL_ROWS
 from txl_dist.exports.sweep import SweepResult
+from txl_dist.exports.text import text_ids
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.attention import sinusoid_encoding
 

@@ -38,6 +38,19 @@ def other_data(data) -> Path:
     return root / "data"
 
 
+@pytest.fixture(scope="module")
+def fewer_words(data) -> Path:
+    """The first half of the train text: a smaller vocabulary (another size, not only order)."""
+    root = data.parent / "fewer"
+    (root / "src").mkdir(parents=True)
+    for split in ("train", "valid"):
+        lines = (data.parent / "src" / f"{split}.txt").read_text().splitlines(keepends=True)
+        (root / "src" / f"{split}.txt").write_text("".join(lines[: len(lines) // 2]))
+    args = ["--dataset", "text", "--source", str(root / "src"), "--out", str(root / "data")]
+    assert prepare_main([*args, "--no-progress"]) == 0
+    return root / "data"
+
+
 def config(data: Path, out_dir: Path, *overrides: str):
     # The small vocabulary needs smaller clusters than the tiny config's.
     settings = [f"data.path={data}", f"train.out_dir={out_dir}", "model.cutoffs=[200,500]"]
@@ -84,7 +97,9 @@ def test_an_out_dir_without_room_for_one_checkpoint_is_refused(tmp_path):
     preflight.check_out_dir(str(tmp_path), 1024)
 
 
-def test_a_mix_checks_every_corpus_and_refuses_two_vocabularies(data, other_data, tmp_path):
+def test_a_mix_checks_every_corpus_and_refuses_two_vocabularies(
+    data, other_data, fewer_words, tmp_path
+):
     def mix(second: Path) -> str:
         corpora = [{"name": "wiki", "path": str(data), "weight": 0.7}]
         corpora.append({"name": "again", "path": str(second), "weight": 0.3})
@@ -92,13 +107,14 @@ def test_a_mix_checks_every_corpus_and_refuses_two_vocabularies(data, other_data
 
     same = config(data, tmp_path / "run", "data.test_split=null", "data.path=null", mix(data))
     assert preflight.check_before_training(same) is None
-    other = config(
-        data, tmp_path / "run", "data.test_split=null", "data.path=null", mix(other_data)
-    )
-    with pytest.raises(
-        ConfigError, match=r"^data\.mix: corpora wiki and again have different vocab"
-    ):
-        preflight.check_before_training(other)
+    for second in (other_data, fewer_words):  # another order; another size, not an n_token hint
+        other = config(
+            data, tmp_path / "run", "data.test_split=null", "data.path=null", mix(second)
+        )
+        with pytest.raises(
+            ConfigError, match=r"^data\.mix: corpora wiki and again have different vocab"
+        ):
+            preflight.check_before_training(other)
     missing = config(data, tmp_path / "run", "data.path=null", mix(data))
     with pytest.raises(ConfigError, match=r"^data\.test_split=test: manifest "):
         preflight.check_before_training(missing)

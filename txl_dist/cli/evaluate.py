@@ -36,11 +36,9 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import torch
 
 from data_pipeline import (
-    EOS,
     TOKENIZER_FILE,
     DataError,
     Subword,
@@ -66,7 +64,7 @@ from txl_dist.exports.sweep import (
     table,
     to_json,
 )
-from txl_dist.exports.text import ExportText
+from txl_dist.exports.text import read_text
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
 from txl_dist.process.dist import World, end_distributed, init_distributed, world_from_env
@@ -95,31 +93,6 @@ class EvalReport:
     """Wall-clock time of the scoring."""
     settings: dict
     """Lengths, rows and dtype used."""
-
-
-def text_ids(path: str, vocab: Vocab) -> tuple[np.ndarray, int]:
-    """(ids, unknown words) of a text file tokenized as WikiText."""
-    with open(path, encoding="utf-8") as f:
-        words = [w for line in f for w in (*line.split(), EOS)]
-    ids = vocab.encode(words)
-    unk = vocab.index.get(vocab.unk, -1)
-    unknown = sum(1 for w, i in zip(words, ids.tolist()) if i == unk and w != vocab.unk)
-    return ids, unknown
-
-
-def read_text(path: str, model_dir: str) -> tuple[np.ndarray, int | None]:
-    """(ids, unknown words) of a text file read as the export's data was: by its tokenizer.json
-    (no unknown words: None), else as WikiText words; a character-level model is refused."""
-    text = ExportText(model_dir)
-    if text.subword is not None:
-        with open(path, encoding="utf-8", newline="") as f:  # the file's own line ends
-            return text.encode(f.read())[0], None
-    if not text.words:
-        raise DataError(
-            f"{model_dir} is a character-level model and --text is read as words: "
-            "prepare the text with txl-prepare (its --dataset) and pass --data"
-        )
-    return text_ids(path, text.vocab)
 
 
 def check_data_vocab(url: str, vocab: Vocab | Subword | None, model_dir: str) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import torch
 
-from data_pipeline import DATASETS, EOS, SENTENCE, TOKENIZER_FILE
+from data_pipeline import DATASETS, EOS, SENTENCE, TOKENIZER_FILE, DataError, Vocab
 from txl_dist.exports.generation import (
     CharDetokenizer,
     Detokenizer,
@@ -109,3 +109,28 @@ class ExportText:
         words = CharDetokenizer(self.dataset) if self.dataset else Detokenizer(not prompt.strip())
         for token in ids:
             yield words.text(self.vocab.tokens[token])
+
+
+def text_ids(path: str, vocab: Vocab) -> tuple[np.ndarray, int]:
+    """(ids, unknown words) of a text file tokenized as WikiText."""
+    with open(path, encoding="utf-8") as f:
+        words = [w for line in f for w in (*line.split(), EOS)]
+    ids = vocab.encode(words)
+    unk = vocab.index.get(vocab.unk, -1)
+    unknown = sum(1 for w, i in zip(words, ids.tolist()) if i == unk and w != vocab.unk)
+    return ids, unknown
+
+
+def read_text(path: str, model_dir: str) -> tuple[np.ndarray, int | None]:
+    """(ids, unknown words) of a text file read as the export's data was: by its tokenizer.json
+    (no unknown words: None), else as WikiText words; a character-level model is refused."""
+    text = ExportText(model_dir)
+    if text.subword is not None:
+        with open(path, encoding="utf-8", newline="") as f:  # the file's own line ends
+            return text.encode(f.read())[0], None
+    if not text.words:
+        raise DataError(
+            f"{model_dir} is a character-level model and --text is read as words: "
+            "prepare the text with txl-prepare (its --dataset) and pass --data"
+        )
+    return text_ids(path, text.vocab)

@@ -49,18 +49,19 @@ def check_splits(config: RunConfig) -> None:
         if split is None:
             continue
         skip = "" if key == "train_split" else f", or skip it with --set data.{key}=null"
-        manifests = []
-        for _, root in corpora:
-            url = manifest_url(root, split)
-            try:
-                manifests.append(load_manifest(url, data.storage_options, data.retry()))
-                check_vocab(manifests[-1], url, config.model.n_token)
-            except DataError as err:
-                raise ConfigError(f"data.{key}={split}: {err}{skip}") from err
+        urls = [manifest_url(root, split) for _, root in corpora]
         try:
+            manifests = [load_manifest(url, data.storage_options, data.retry()) for url in urls]
+        except DataError as err:
+            raise ConfigError(f"data.{key}={split}: {err}{skip}") from err
+        try:  # first: corpora of two vocabularies are no matter of n_token
             check_same_vocabulary([name for name, _ in corpora], manifests)
         except DataError as err:
             raise ConfigError(str(err)) from err
+        try:
+            check_vocab(manifests[0], urls[0], config.model.n_token)
+        except DataError as err:
+            raise ConfigError(f"data.{key}={split}: {err}{skip}") from err
 
 
 def checkpoint_bytes(config: RunConfig) -> float:
