@@ -58,6 +58,8 @@ def test_a_missing_required_key_is_named():
         ("train", "checkpoint_timeout_s", None, r"train\.checkpoint_timeout_s must be float"),
         ("train", "profile_steps", [5, 3], r"train\.profile_steps must be \[START, END\]"),
         ("train", "profile_steps", [0, 3], r"train\.profile_steps must be \[START, END\]"),
+        ("train", "init_from", " ", r"train\.init_from is empty"),
+        ("train", "init_from", 3, r"train\.init_from must be str"),
     ],
 )
 def test_bad_values_name_the_key(section, key, value, message):

@@ -170,3 +170,23 @@ def test_a_subword_export_names_its_end_of_text_token_and_generate_stops_at_it(
     with torch.no_grad():
         alone = theirs.eval().generate(prompt[None], max_new_tokens=steps, do_sample=False)
     assert alone[0, len(prompt) :].tolist() == [*ours, 0]
+
+
+def test_save_pretrained_and_from_pretrained_round_trip(hf_words_dir, tmp_path, monkeypatch):
+    """What transformers' users do next: save the model and tokenizer elsewhere and load them
+    back (the remote code goes along): the same logits, the same greedy tokens."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    auto = transformers.AutoModelForCausalLM
+    model = auto.from_pretrained(hf_words_dir, trust_remote_code=True).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_words_dir)
+    model.save_pretrained(tmp_path / "copy")
+    tokenizer.save_pretrained(tmp_path / "copy")
+    again = auto.from_pretrained(tmp_path / "copy", trust_remote_code=True).eval()
+    ids = transformers.AutoTokenizer.from_pretrained(tmp_path / "copy")(
+        "w3 w17\nw25", return_tensors="pt"
+    ).input_ids
+    assert ids.tolist() == tokenizer("w3 w17\nw25", return_tensors="pt").input_ids.tolist()
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model(ids).logits)
+        greedy = dict(max_new_tokens=6, do_sample=False)
+        assert again.generate(ids, **greedy).tolist() == model.generate(ids, **greedy).tolist()

@@ -168,6 +168,17 @@ def data_line(ckpt: Checkpoint, subword: bool) -> str:
     return f"- data: {data}, {vocabulary} of {tokens}"
 
 
+def init_line(ckpt: Checkpoint) -> list[str]:
+    """Where the run's first weights came from (train.init_from), if not from its seed."""
+    note = ckpt.point.client.init_from or ckpt.config.train.init_from
+    if note is None:
+        return []
+    return [
+        f"- initialized from: {redact_text(note)} (train.init_from), with a fresh optimizer, "
+        "schedule and data position"
+    ]
+
+
 def readme(ckpt: Checkpoint, dtype: str, format: str, subword: bool = False) -> str:
     """A short account of how the exported model was trained and evaluated."""
     cfg, client, precision = ckpt.config, ckpt.point.client, ckpt.plan.precision
@@ -187,6 +198,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str, subword: bool = False) -> 
             f"{precision}, {cfg.train.global_rows} global rows x tgt_len {cfg.model.tgt_len}, "
             f"mem_len {cfg.model.mem_len}, optimizer {cfg.optim.name} (lr {cfg.optim.lr})",
             data_line(ckpt, subword),
+            *init_line(ckpt),
             f"- weights: {weights}, {dtype} (from the fp32 master weights)",
             "",
             f"## Evaluation by the training engine at step {ckpt.step}",

@@ -25,6 +25,7 @@ from txl_dist.config.loading import load_run_config, naming_txl_set
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine import checkpoint, run_dir
 from txl_dist.engine.build import build_trainer
+from txl_dist.engine.init_from import checked_source
 from txl_dist.engine.summary import closing_summary
 from txl_dist.engine.train import Trainer
 from txl_dist.files import open_new
@@ -104,7 +105,14 @@ def main(argv: list[str] | None = None) -> None:
         if args.resume == "auto" and _already_finished(point, config, world):
             return
         preflight.check_before_training(config)
-        trainer = build_trainer(config, world, plan, point)
+        # train.init_from seeds step 0 only: a resume continues from its checkpoint's weights.
+        source = checked_source(config) if point is None else None
+        if point is not None and config.train.init_from and world.is_main:
+            log.info(
+                f"train.init_from={config.train.init_from} not loaded: resuming {point.tag}, "
+                "whose weights continue the run"
+            )
+        trainer = build_trainer(config, world, plan, point, source)
     except tuple(STARTUP_ERRORS) as err:  # one clear line from rank 0; others quiet
         if world.is_main:
             kind = next(name for cls, name in STARTUP_ERRORS.items() if isinstance(err, cls))

@@ -153,6 +153,8 @@ class TrainConfig:
     """Optimizer steps to train."""
     seed: int = 1111
     """Seed of weights, dropout and data order."""
+    init_from: str | None = None
+    """An export or checkpoint whose weights start the run (fresh optimizer, schedule, data)."""
     eval_interval: int = 1000
     """Steps between validation runs (0: only at the end)."""
     eval_rows: int | None = None
@@ -211,6 +213,10 @@ class TrainConfig:
         for name in ("global_rows", "max_steps", "keep_last", "max_nonfinite_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be at least 1, got {getattr(self, name)}")
+        if self.init_from is not None and not self.init_from.strip():
+            raise ValueError(
+                "train.init_from is empty; name an export or checkpoint directory, or null"
+            )
         if self.stop_check_s < 0:
             raise ValueError(f"train.stop_check_s must be >= 0, got {self.stop_check_s}")
         for name in ("dist_timeout_s", "hang_timeout_s", "checkpoint_timeout_s"):

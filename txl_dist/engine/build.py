@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import gc
 import json
+import logging
 import os
 import uuid
 
@@ -42,6 +43,7 @@ from txl_dist.engine.checkpoint.parts import (
 )
 from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
 from txl_dist.engine.graphs import graph_layers
+from txl_dist.engine.init_from import InitSource, copy_weights, source_model
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.schedule import lr_multiplier
@@ -52,16 +54,23 @@ from txl_dist.process.dist import World, init_distributed
 from txl_dist.process.signals import StopRequest
 from txl_dist.process.watchdog import Watchdog
 
+log = logging.getLogger(__name__)
+
 
 def build_trainer(
-    config: RunConfig, world: World, plan: RunPlan, point: ResumePoint | None
+    config: RunConfig,
+    world: World,
+    plan: RunPlan,
+    point: ResumePoint | None,
+    source: InitSource | None = None,
 ) -> Trainer:
     """A Trainer for this rank with `plan` (config.plan(world size), checked before any process
-    group), resumed from `point` (checkpoint.find_resume_point) if given."""
+    group), resumed from `point` (checkpoint.find_resume_point) if given, else with the weights
+    of `source` (train.init_from, init_from.checked_source) if given."""
     device = init_distributed(world, config.train.dist_timeout_s)
     watchdog = Watchdog.for_run(config.train, world.rank, world.world_size)
     with watchdog.phase("start", point.client.step if point else 0):
-        trainer = _assemble_trainer(config, world, device, watchdog, plan, point)
+        trainer = _assemble_trainer(config, world, device, watchdog, plan, point, source)
         # Start-up leaves hundreds of thousands of Python objects (torch, DeepSpeed, the data
         # pipeline), which each full garbage collection during training would walk again, in
         # the middle of a step: collect once now and exempt the survivors from later ones.
@@ -77,12 +86,20 @@ def _assemble_trainer(
     watchdog: Watchdog,
     plan: RunPlan,
     point: ResumePoint | None,
+    source: InitSource | None = None,
 ) -> Trainer:
     out_dir = config.train.out_dir
     os.makedirs(out_dir, exist_ok=True)
     universal = checkpoint.needs_universal(point, world.world_size, config.zero_stage)
     ds_config = deepspeed_config(config, plan, universal)
-    model = build_model(config, ds_config)
+    source = source if point is None else None  # a resume's weights are its checkpoint's
+    model = build_model(config, ds_config, source)
+    if source is not None and world.is_main:
+        log.info(
+            f"initialized from {source.describe()} (train.init_from): its weights, a fresh "
+            "optimizer, schedule and data position"
+        )
+    init_note = source.describe() if source else point.client.init_from if point else None
     if config.train.activation_checkpointing:
         _checkpoint_layers(model)
     if config.train.compile:
@@ -125,7 +142,9 @@ def _assemble_trainer(
         evaluate_split=SplitEvaluator(engine, config, world, plan, device, watchdog),
         checkpoints=Checkpointer.for_run(
             parts,
-            checkpoint.record_facts(config, world, plan.rows_per_rank, streams, state.run_id),
+            checkpoint.record_facts(
+                config, world, plan.rows_per_rank, streams, state.run_id, init_note
+            ),
             config,
             world,
             point.client.step if point else None,
@@ -212,11 +231,16 @@ def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.Op
     return FusedLamb(model.parameters(), **kwargs)
 
 
-def build_model(config: RunConfig, ds_config: dict) -> TransformerXL:
-    """The model with its initial weights from train.seed, the same on every rank and stage.
+def build_model(
+    config: RunConfig, ds_config: dict, source: InitSource | None = None
+) -> TransformerXL:
+    """The model with its initial weights from train.seed, or `source`'s (train.init_from),
+    the same on every rank and stage.
 
     Under ZeRO-3 it is built inside `deepspeed.zero.Init`: each module is partitioned as soon
-    as it exists and initialised through a gather, so no rank ever holds the whole model.
+    as it exists and initialised through a gather, so no rank ever holds the whole model. A
+    source's weights are read whole in fp32 on the CPU, then copied in: on every rank, or under
+    ZeRO-3 on rank 0 alone, the gathers' modifier, whose values they hand to the others.
     """
     if config.zero_stage == 3:
         with deepspeed.zero.Init(config_dict_or_path=ds_config):
@@ -230,7 +254,11 @@ def build_model(config: RunConfig, ds_config: dict) -> TransformerXL:
     else:
         model, gathered = TransformerXL(config.model, init_weights=False), None
     torch.manual_seed(config.train.seed)
-    model.init_weights(gathered)
+    if source is None:
+        model.init_weights(gathered)
+    else:
+        reads = gathered is None or torch.distributed.get_rank() == 0
+        copy_weights(model, source_model(source) if reads else None, gathered)
     return model
 
 

@@ -77,6 +77,9 @@ class CheckpointState:
     checkpoints, from before char-level data, lack it."""
     run_id: str | None = None
     """Run id (wandb's too), kept across resumes; version 0 files may lack it."""
+    init_from: str | None = None
+    """What train.init_from started the run's weights from (InitSource.describe), kept across
+    resumes; None for a run that started from its seed's weights."""
     parts: dict[str, Any] = field(default_factory=dict)
     """The states of the parts placed in the record, by part name (parts/)."""
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -126,9 +129,10 @@ def record_facts(
     rows_per_rank: int,
     streams: BatchStream,
     run_id: str,
+    init_from: str | None = None,
 ) -> dict[str, Any]:
     """What every checkpoint record of the run says besides its step and parts (`streams`:
-    its training streams, a mix's too)."""
+    its training streams, a mix's too; `init_from`: what the run's weights started from)."""
     return dict(
         run_id=run_id,
         world_size=world.world_size,
@@ -138,4 +142,5 @@ def record_facts(
         vocab_size=streams.vocab_size,
         vocab_sha256=streams.manifest.vocab_sha256,
         level=streams.manifest.level,
+        init_from=init_from,
     )
