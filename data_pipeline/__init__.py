@@ -21,7 +21,7 @@ layout and state.
 """
 
 from data_pipeline.corpora.datasets import DATASETS
-from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
+from data_pipeline.corpora.subword import EOS_NAMES, TOKENIZER_FILE, Subword
 from data_pipeline.prepare.job import prepare
 from data_pipeline.prepare.verify import root_tokenizer, verify
 from data_pipeline.redact import redact, redact_text
@@ -55,6 +55,7 @@ from data_pipeline.vocab import EOS, SENTENCE, Vocab
 __all__ = [
     "DATASETS",
     "EOS",
+    "EOS_NAMES",
     "IGNORE_INDEX",
     "ORDERS",
     "SENTENCE",

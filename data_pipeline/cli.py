@@ -50,6 +50,11 @@ def parser() -> argparse.ArgumentParser:
         "BPE of N tokens on the train split",
     )  # fmt: skip
     p.add_argument(
+        "--eos-token", metavar="TEXT",
+        help="--tokenizer FILE: its token written after every document (default: its own "
+        "end-of-text token, <|endoftext|>, <|end_of_text|>, </s> or <eos>)",
+    )  # fmt: skip
+    p.add_argument(
         "--bpe-sample-bytes", type=int,
         help="bpe:N: train on this many bytes of the train split, whole 4 MiB pieces spread evenly "
         "over it, so memory stays flat in corpus size (default: 256 MiB; the manifest says it)",
@@ -146,5 +151,6 @@ def print_manifests(out: str, manifests: dict[str, Manifest]) -> None:
         print(
             f"{split}: {m.tokens} tokens, {m.documents} documents, {len(m.shards)} shards, "
             f"vocab {m.vocab_size}, {m.oov_tokens} out-of-vocabulary"
-            f" -> {redact_text(manifest_url(out, split))}"
+            + (f", {m.eos_token!r} (id {m.eos_id}) after each document" if m.eos_token else "")
+            + f" -> {redact_text(manifest_url(out, split))}"
         )

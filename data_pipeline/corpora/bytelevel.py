@@ -1,7 +1,8 @@
 """Byte-level BPE encoding without the library's per-token overhead, token for token the same.
 
 A GPT-2-style byte-level tokenizer (``ByteLevel`` pre-tokenizer with its regex, a BPE model, no
-normalizer or added tokens) encodes a document as the BPE of each pre-token, one after another.
+normalizer, no added tokens but special ones) encodes a document as the BPE of each pre-token,
+one after another.
 The ``tokenizers`` library spends most of its time per token building offsets, token strings and
 alignments nobody here reads; this encoder splits documents with Python's ``re`` and looks each
 pre-token's ids up in a cache, asking the library's own BPE model only for pre-tokens it has not
@@ -12,7 +13,8 @@ numbers (``\\p{N}``), whitespace (``\\s``) and the rest, written out as characte
 character outside ASCII is placed in its class by asking the library's pre-tokenizer whether it
 joins an ASCII letter, digit, mark or tab into one pre-token, once per character, so the sets are
 the library's own whatever its Unicode version. A character none of the four joins (a lone
-surrogate) sends its document to the library.
+surrogate) sends its document to the library, and so does a document holding the text of a
+special token (an end-of-text token), which the library encodes as that token.
 
 Cost linear in the input: compiling takes time in the regex's size, so recompiling it for every
 new character made a corpus bringing one per batch quadratic. It is compiled again only when the
@@ -102,7 +104,7 @@ def fits(tokenizer_json: str) -> bool:
     model = spec.get("model") or {}
     return (
         spec.get("normalizer") is None
-        and not spec.get("added_tokens")
+        and all(token.get("special") is True for token in spec.get("added_tokens") or [])
         and spec.get("truncation") is None
         and spec.get("padding") is None
         and (spec.get("post_processor") or {"type": "ByteLevel"})["type"] == "ByteLevel"
@@ -188,6 +190,8 @@ class ByteLevelEncoder:
         self.cache: dict[str, tuple[int, ...]] = {}
         self.documents = 0  # encoded so far, for CHECK_EVERY
         self.max_pre_token = PRE_TOKEN_BYTES.value()  # read again by each encode
+        # The special tokens' texts: a document holding one goes to the library.
+        self.specials = [t.content for t in tokenizer.get_added_tokens_decoder().values()]
 
     def encode(self, texts: list[str]) -> Encoded:
         """The documents' ids; one holding a pre-token over limits.PRE_TOKEN_BYTES is refused
@@ -203,7 +207,7 @@ class ByteLevelEncoder:
         for index, text in enumerate(texts):
             before = len(ids)
             pre_tokens = self.classes.pre_tokens(text, newer)
-            if pre_tokens is None:
+            if pre_tokens is None or any(s in text for s in self.specials):
                 ids += self.tokenizer.encode(text, add_special_tokens=False).ids
             else:
                 try:  # no Python call per pre-token while all are cached

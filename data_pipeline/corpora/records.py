@@ -203,7 +203,8 @@ class RecordDocuments(Documents):
         self, url: str, start: int, stop: int, end: int, storage_options: dict | None = None,
         vocab: Vocab | Subword | None = None,
     ) -> EncodedChunk:  # fmt: skip
-        """The subword ids of the records that begin in bytes [start, stop) of a file."""
+        """The subword ids of the records that begin in bytes [start, stop) of a file, each
+        document's followed by the tokenizer's end-of-text token."""
         if not isinstance(vocab, Subword):
             raise ValueError("record datasets (jsonl, parquet) are tokenized by a --tokenizer")
         texts: Texts = self.tokenization
@@ -212,8 +213,13 @@ class RecordDocuments(Documents):
             encoded = vocab.encode_documents(batch.texts)
             for index, why in encoded.refused.items():
                 bad += texts.refused(batch.place, batch.numbers[index], why)
-            ids.append(encoded.ids)
-            lengths.append(encoded.lengths)
+            if vocab.eos_id is None:  # a tokenizer.json read by another path: no boundary
+                ids.append(encoded.ids)
+                lengths.append(encoded.lengths)
+            else:  # encode(document) + [eos], document after document
+                ends = np.cumsum(encoded.lengths)
+                ids.append(np.insert(encoded.ids, ends, np.int32(vocab.eos_id)))
+                lengths.append(encoded.lengths + 1)
             bad += batch.bad
         return EncodedChunk(
             None,

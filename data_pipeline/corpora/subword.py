@@ -9,6 +9,11 @@ trainer keeps one count per distinct pre-token (a word with its leading space), 
 so its memory grows with the distinct words it sees. txl-prepare hands it a bounded sample
 (``--bpe-sample-bytes``, prepare/vocabulary.py), so that memory stays flat in corpus size.
 Byte-level BPE covers every byte, so decode(encode(document)) == document for any UTF-8 text.
+
+Document boundaries: every document's ids are followed by the tokenizer's end-of-text token
+(``eos``). ``bpe:N`` trains with EOS_TOKEN as its one special token (id 0, one of its N); a given
+tokenizer.json uses its own (the first of EOS_NAMES it holds) or the one ``--eos-token`` names,
+and one without any is refused (``require_eos``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ from data_pipeline.shards.errors import CorpusFormatError, reading
 TOKENIZER_FILE = "tokenizer.json"
 BPE_PREFIX = "bpe:"
 LIBRARY_ENCODER_ENV = "TXL_LIBRARY_ENCODER"  # =1: no fast byte-level encoder (bytelevel.py)
+# The end-of-document token bpe:N trains with (GPT-2's), and the names of end-of-text tokens
+# looked for in a given tokenizer, in this order.
+EOS_TOKEN = "<|endoftext|>"
+EOS_NAMES = (EOS_TOKEN, "<|end_of_text|>", "</s>", "<eos>")
 # Documents per call of encode_batch: enough for its threads, few enough to bound memory.
 BATCH_DOCUMENTS = 1024
 
@@ -54,14 +63,43 @@ def bpe_size(spec: str) -> int | None:
 class Subword:
     """A tokenizer of the ``tokenizers`` library, kept as its ``tokenizer.json`` text."""
 
-    def __init__(self, json_text: str, where: str = TOKENIZER_FILE):
+    eos: str | None = None
+    """Its end-of-document token (None: it has none)."""
+
+    def __init__(self, json_text: str, where: str = TOKENIZER_FILE, eos: str | None = None):
         """The tokenizer serialized as ``json_text``, checked before the library parses it
-        (tokenizer_spec.py; ``where`` names it in errors)."""
+        (tokenizer_spec.py; ``where`` names it in errors). ``eos`` names its end-of-document
+        token (``--eos-token``); None: the first of EOS_NAMES it holds, if any."""
         check_spec(json_text, where)
         self.json_text = json_text
         with library_errors(f"{where} is not a tokenizers tokenizer.json"):
             self.tokenizer  # noqa: B018 -- parse now: a bad file is refused where it is named
         check_ids(self.tokenizer, where)
+        self.eos = eos if eos is not None else self.known_eos()
+        if eos is not None and self.tokenizer.token_to_id(eos) is None:
+            raise CorpusFormatError(
+                f"--eos-token {eos!r}: {where} has no such token; name one of its tokens, or "
+                f"add it to its added_tokens ({add_eos_hint(len(self))})"
+            )
+
+    def known_eos(self) -> str | None:
+        """The first of EOS_NAMES that is one of the tokenizer's tokens, if any."""
+        return next((n for n in EOS_NAMES if self.tokenizer.token_to_id(n) is not None), None)
+
+    @property
+    def eos_id(self) -> int | None:
+        """The id of the end-of-document token; None without one."""
+        return None if self.eos is None else self.tokenizer.token_to_id(self.eos)
+
+    def require_eos(self, where: str) -> Subword:
+        """This tokenizer, refused in one line (naming ``where``) without an end-of-text token."""
+        if self.eos is None:
+            raise CorpusFormatError(
+                f"{where} has no end-of-text token (none of {', '.join(EOS_NAMES)}): name one of "
+                f"its tokens with --eos-token TEXT, or add one to its added_tokens "
+                f"({add_eos_hint(len(self))})"
+            )
+        return self
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
@@ -69,7 +107,8 @@ class Subword:
         return Tokenizer.from_str(self.json_text)
 
     def __getstate__(self) -> dict:
-        return {"json_text": self.json_text}  # the parsed tokenizer is rebuilt on first use
+        # the parsed tokenizer is rebuilt on first use
+        return {"json_text": self.json_text, "eos": self.eos}
 
     def __len__(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
@@ -137,8 +176,9 @@ class Subword:
             f.write(self.json_text)
 
     @classmethod
-    def load(cls, url: str, storage_options: dict | None = None) -> Subword:
-        """Read a tokenizer.json (any fsspec URL), no more than limits.TOKENIZER_BYTES of it."""
+    def load(cls, url: str, storage_options: dict | None = None, eos: str | None = None) -> Subword:
+        """Read a tokenizer.json (any fsspec URL), no more than limits.TOKENIZER_BYTES of it
+        (``eos``: its end-of-document token, as ``__init__``)."""
         data = bytearray()
         with (
             reading("tokenizer file", url),
@@ -149,13 +189,14 @@ class Subword:
                 if len(data) > TOKENIZER_BYTES.value():
                     raise too_large(url)
         try:
-            return cls(data.decode("utf-8"), url)
+            return cls(data.decode("utf-8"), url, eos)
         except UnicodeDecodeError as err:
             raise CorpusFormatError(f"{url} is not a tokenizers tokenizer.json: {err}") from None
 
     @classmethod
     def train_bpe(cls, size: int, documents: Iterator[str]) -> Subword:
-        """A byte-level BPE of ``size`` tokens trained on the streamed ``documents``."""
+        """A byte-level BPE of ``size`` tokens trained on the streamed ``documents``, EOS_TOKEN
+        (id 0) one of them."""
         tokenizer = Tokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tokenizer.decoder = decoders.ByteLevel()
@@ -163,9 +204,18 @@ class Subword:
             vocab_size=size,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
+            special_tokens=[EOS_TOKEN],
         )
         tokenizer.train_from_iterator(documents, trainer)
         return cls(tokenizer.to_str())
+
+
+def add_eos_hint(size: int) -> str:
+    """How to add an end-of-text token to a tokenizer.json of ``size`` tokens."""
+    return (
+        f'{{"id": {size}, "content": "{EOS_TOKEN}", "single_word": false, "lstrip": false, '
+        '"rstrip": false, "normalized": false, "special": true}'
+    )
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from data_pipeline.prepare.units import describe
 from data_pipeline.redact import redact_text
 from data_pipeline.shards.errors import DataError, ManifestError
 from data_pipeline.shards.format import (
+    EOS_FORMAT_VERSION,
     FORMAT_VERSION,
     Manifest,
     ShardInfo,
@@ -45,8 +46,9 @@ class Manifests:
                 f"the parts that hold them (txl-prepare ... --part I/N) again, then --merge"
             )
         shards = [ShardInfo(**s) for u in units for s in records[u]["shards"]]
+        eos_token, eos_id = getattr(voc, "eos", None), getattr(voc, "eos_id", None)
         manifest = Manifest(
-            format_version=FORMAT_VERSION,
+            format_version=FORMAT_VERSION if eos_token is None else EOS_FORMAT_VERSION,
             dataset=plan.dataset,
             split=split,
             vocab_size=len(voc),
@@ -58,6 +60,8 @@ class Manifests:
             shards=shards,
             level=plan.settings.spec.level,
             tokenizer_sample_bytes=sample_bytes,
+            eos_token=eos_token,
+            eos_id=eos_id,
         )
         if manifest.tokens == 0:
             plan.no_text(split, "only blank lines")

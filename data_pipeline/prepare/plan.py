@@ -15,7 +15,7 @@ import fsspec
 from tqdm import tqdm
 
 from data_pipeline.corpora import sources
-from data_pipeline.corpora.subword import bpe_size
+from data_pipeline.corpora.subword import EOS_TOKEN, bpe_size
 from data_pipeline.prepare.pieces import Vocabulary, run_pieces
 from data_pipeline.prepare.settings import Settings
 from data_pipeline.prepare.units import Records, Unit, split_units
@@ -72,6 +72,8 @@ class Plan:
         inputs = {"min_count": self.min_count, "vocab": identity, "unit_bytes": settings.unit_bytes}
         if settings.tokenizer:
             inputs["tokenizer"] = self.bpe or file_identity(settings.tokenizer, self.source_options)
+            # Each document ends with this token (bpe:N: EOS_TOKEN, trained in).
+            inputs["eos"] = EOS_TOKEN if self.bpe else settings.eos_token or "its own"
             if self.bpe:  # which pieces the sample takes follows these two
                 inputs["bpe_sample"] = [settings.bpe_sample_bytes, settings.piece_bytes]
             inputs["records"] = asdict(self.documents.tokenization)

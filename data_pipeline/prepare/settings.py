@@ -34,6 +34,9 @@ class Settings:
     """Vocabulary file to encode with; None: build it from the corpus."""
     tokenizer: str | None = None
     """Record datasets: a tokenizer.json (any fsspec URL) or ``bpe:N`` (train one of N tokens)."""
+    eos_token: str | None = None
+    """Record datasets, a tokenizer file: its end-of-document token; None: its own end-of-text
+    token (<|endoftext|>, <|end_of_text|>, </s> or <eos>)."""
     text_field: str = "text"
     """Record datasets: the field (JSONL) or column (Parquet) holding a document's text."""
     skip_bad_records: bool = False
@@ -71,6 +74,11 @@ class Settings:
         check_layout(self.sample_size, self.shard_size)
         self.spec.documents_for(self.text_docs)  # a text_docs with no meaning is refused
         check_tokenization(self.spec, self.tokenizer, self.vocab)
+        if self.eos_token is not None and (not self.tokenizer or bpe_size(self.tokenizer)):
+            raise ValueError(
+                "--eos-token names a token of a --tokenizer FILE (bpe:N trains its own, "
+                "<|endoftext|>)"
+            )
         if self.bpe_sample_bytes < 1:
             raise ValueError(f"--bpe-sample-bytes {self.bpe_sample_bytes} must be at least 1")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
+
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.shards.errors import (
     ChecksumError,
@@ -57,18 +59,36 @@ def verify_split(url: str, vocab: Vocab | Subword, storage_options: dict | None 
             f"sha256 {manifest.vocab_sha256[:12]}) than vocab.txt ({len(vocab)}, "
             f"{vocab.sha256[:12]}); re-run txl-prepare"
         )
-    for shard in manifest.shards:
-        verify_shard(shard_url(url, shard), shard, len(vocab), storage_options)
-    return f"{url}: {len(manifest.shards)} shards, {manifest.tokens} tokens OK"
+    eos = manifest.eos_id
+    if (
+        eos is not None
+        and isinstance(vocab, Subword)
+        and vocab.tokenizer.token_to_id(manifest.eos_token) != eos
+    ):
+        raise VocabMismatchError(
+            f"{url}: eos_token {manifest.eos_token!r} is not id {eos} of {TOKENIZER_FILE}; "
+            "re-run txl-prepare"
+        )
+    # Whether each shard's last entry goes on in the next shard (a cut document).
+    goes_on = [bool(s.sample_continues[:1] == [1]) for s in manifest.shards[1:]] + [False]
+    for shard, continued in zip(manifest.shards, goes_on):
+        verify_shard(shard_url(url, shard), shard, len(vocab), storage_options, eos, continued)
+    ends = "" if eos is None else f", each document ending with {manifest.eos_token!r}"
+    return f"{url}: {len(manifest.shards)} shards, {manifest.tokens} tokens{ends} OK"
 
 
 # Bytes per read while verifying: a shard is hashed as a stream, never held whole.
 READ_BYTES = 1 << 20
 
 
-def verify_shard(url: str, shard: ShardInfo, vocab_size: int, storage_options: dict | None) -> None:
+def verify_shard(
+    url: str, shard: ShardInfo, vocab_size: int, storage_options: dict | None,
+    eos: int | None = None, continued: bool = False,
+) -> None:  # fmt: skip
     """Size (asked first: the file may be anything, any size), then one pass over the bytes for
-    the sha256 and each sample's checks; a checksum mismatch names the first bad sample."""
+    the sha256 and each sample's checks (``eos``: every document's last token; ``continued``:
+    its last document goes on in the next shard); a checksum mismatch names the first bad
+    sample."""
     fs, path = filesystem(url, storage_options)
     with reading_prepared("shard", url):
         size = fs.size(path)
@@ -82,7 +102,7 @@ def verify_shard(url: str, shard: ShardInfo, vocab_size: int, storage_options: d
         reading_prepared("shard", url),
         fs.open(path, "rb", block_size=block_size, cache_type="readahead") as f,
     ):
-        digest, bad = scan_shard(f, shard, vocab_size, url)
+        digest, bad = scan_shard(f, shard, vocab_size, url, eos, continued)
     if digest != shard.sha256:
         damage = f"first bad sample: {bad}" if bad else "the samples pass: tar headers differ"
         raise ChecksumError(
@@ -92,7 +112,10 @@ def verify_shard(url: str, shard: ShardInfo, vocab_size: int, storage_options: d
         raise bad
 
 
-def scan_shard(f, shard: ShardInfo, vocab_size: int, url: str) -> tuple[str, DataError | None]:
+def scan_shard(
+    f, shard: ShardInfo, vocab_size: int, url: str, eos: int | None = None,
+    continued: bool = False,
+) -> tuple[str, DataError | None]:  # fmt: skip
     """sha256 of a shard file object read front to back, and the first sample failing its checks.
 
     Memory: one read of READ_BYTES or one sample (samples lie in file order, as check_manifest
@@ -117,9 +140,25 @@ def scan_shard(f, shard: ShardInfo, vocab_size: int, url: str) -> tuple[str, Dat
             pass  # tar headers before the sample: hashed, not kept
         span = read(end - start)
         try:
-            decode_sample(span, shard, i, url, vocab_size)
+            tokens, lengths = decode_sample(span, shard, i, url, vocab_size)
+            if eos is not None:
+                last = (
+                    shard.sample_continues[i + 1] if i + 1 < len(shard.sample_tokens) else continued
+                )
+                check_ends(tokens, lengths[: len(lengths) - bool(last)], eos, f"{url}: sample {i}")
         except DataError as err:
             bad = bad or err
     while read(READ_BYTES):
         pass
     return digest.hexdigest(), bad
+
+
+def check_ends(tokens: np.ndarray, lengths: np.ndarray, eos: int, where: str) -> None:
+    """Refuse a document (an entry of ``lengths``) whose last token is not ``eos``."""
+    ends = np.cumsum(lengths, dtype=np.int64) - 1
+    bad = np.flatnonzero((lengths < 1) | (tokens[np.maximum(ends, 0)] != eos)) if len(ends) else []
+    if len(bad):
+        raise ShardCorruptError(
+            f"{where}: document {int(bad[0])} does not end with the end-of-text token (id {eos}); "
+            "re-run txl-prepare"
+        )

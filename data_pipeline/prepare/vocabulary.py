@@ -45,10 +45,13 @@ class Vocabularies:
         if settings.vocab:
             return Vocab.load(settings.vocab, plan.source_options)
         if settings.tokenizer and not plan.bpe:
-            return Subword.load(settings.tokenizer, plan.source_options)
+            given = Subword.load(settings.tokenizer, plan.source_options, settings.eos_token)
+            return given.require_eos(settings.tokenizer)
         if not plan.fs.exists(self.path):
             return None
         voc = self.kind.load(self.at, plan.out_options)
+        if isinstance(voc, Subword) and voc.eos is None:  # trained before document boundaries
+            return None
         built = plan.records.read("vocab", None, plan.vocab_fingerprint)
         if built and built["sha256"] == voc.sha256:
             return voc

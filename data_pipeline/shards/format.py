@@ -46,8 +46,11 @@ from data_pipeline.shards.storage import DEFAULT_RETRY, Retry, filesystem
 
 # 2: documents longer than a sample are cut (sample_continues). Version 1 data has no cut
 # document, so it reads as version 2 with sample_continues all 0 (its rerun re-prepares it).
+# 3: version 2 whose every document ends with an end-of-document token, recorded as
+# ``eos_token`` and ``eos_id`` (subword data); word and char data stay version 2.
 FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+EOS_FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 TOKEN_BYTES = 4
 VOCAB_FILE = "vocab.txt"
 
@@ -127,10 +130,18 @@ class Manifest:
     tokenizer_sample_bytes: int | None = None
     """``--tokenizer bpe:N``: bytes of the train split's source the tokenizer was trained on (a
     sample spread evenly over it); None when the vocabulary was given or built from all of it."""
+    eos_token: str | None = None
+    """The token that ends every document (subword data, format 3): its last token; None: no
+    such token (word and char data, and subword data prepared before format 3)."""
+    eos_id: int | None = None
+    """The id of ``eos_token``; None without one."""
 
     def to_json(self) -> str:
-        """Serialized manifest."""
-        return json.dumps(asdict(self), indent=1)
+        """Serialized manifest (a manifest without ``eos_token`` as format 2 wrote it)."""
+        raw = asdict(self)
+        if self.eos_token is None:
+            del raw["eos_token"], raw["eos_id"]
+        return json.dumps(raw, indent=1)
 
     @classmethod
     def from_json(cls, text: str | bytes, url: str) -> Manifest:
@@ -172,6 +183,7 @@ def check_manifest(manifest: Manifest, url: str) -> None:
         raise ManifestError(f"{url}: level {manifest.level!r} is not one of {', '.join(LEVELS)}")
     if manifest.vocab_size < 1 or manifest.tokens < 0 or manifest.documents < 0:
         raise ManifestError(f"{url}: vocab_size, tokens and documents must be positive counts")
+    check_eos(manifest, url)
     for k, shard in enumerate(manifest.shards):
         _check_shard(shard, f"{url}: shard {k}")
     if manifest.shards and manifest.shards[0].sample_continues[:1] == [1]:
@@ -182,6 +194,24 @@ def check_manifest(manifest: Manifest, url: str) -> None:
             f"{url}: shards hold {sum(t for t, _ in totals)} tokens and "
             f"{sum(d for _, d in totals)} documents, the manifest says {manifest.tokens} and "
             f"{manifest.documents}"
+        )
+
+
+def check_eos(manifest: Manifest, url: str) -> None:
+    """Refuse an end-of-document token without its id, or an id outside the vocabulary."""
+    token, eos_id = manifest.eos_token, manifest.eos_id
+    if token is None and eos_id is None:
+        return
+    if not (
+        isinstance(token, str)
+        and type(eos_id) is int
+        and 0 <= eos_id < manifest.vocab_size
+        and manifest.format_version == EOS_FORMAT_VERSION
+    ):
+        raise ManifestError(
+            f"{url}: eos_token {str(token)[:40]!r} with eos_id {eos_id!r} is not a token of its "
+            f"{manifest.vocab_size} ids in a format {EOS_FORMAT_VERSION} manifest; re-run "
+            "txl-prepare"
         )
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from data_pipeline.corpora.datasets import DATASETS
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.vocab import Vocab
 from tests.data_pipeline import paper_inputs as pi
 from txl_dist.cli import USAGE_ERROR
@@ -161,3 +162,28 @@ def test_a_text8_model_prints_characters_and_refuses_others(shared_data, tmp_pat
     (model_dir / "data.json").write_text(json.dumps({"dataset": "ptb-char", "level": "char"}))
     assert main(["--model", str(model_dir), "--prompt", "of"]) == USAGE_ERROR
     assert "character-level model of 'ptb-char'" in capsys.readouterr().err
+
+
+def test_a_subword_model_stops_at_its_end_of_text_token(tmp_path, capsys):
+    tmp_path = tmp_path / "export"
+    subword = Subword.train_bpe(300, iter(["the cat sat on the mat\n"] * 20))
+    torch.manual_seed(0)
+    config = TXLConfig(
+        n_token=len(subword), n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, cutoffs=[],
+        tgt_len=8, mem_len=16, eval_mem_len=16, dropout=0.0,
+    )  # fmt: skip
+    model = TransformerXL(config).eval()
+    with torch.no_grad():  # the end-of-text token likely: drawn within a few tokens
+        model.crit.out_layers[0].bias[subword.eos_id] = 4.0
+    model.save_pretrained(tmp_path)
+    subword.save(str(tmp_path / TOKENIZER_FILE))
+    args = ["--model", str(tmp_path), "--prompt", "the cat", "--max-tokens", "200", "--json"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["prompt_ids"][0] == subword.eos_id == 0  # the prompt starts a document
+    assert report["stopped"] == "eos" and 0 < len(report["ids"]) < 200
+    assert subword.eos_id not in report["ids"] and report["text"] == subword.decode(report["ids"])
+    assert main(args[:-1]) == 0
+    out, err = capsys.readouterr()
+    assert out == "the cat" + report["text"] + "\n"
+    assert err == "txl-generate: stopped at <|endoftext|>, the end of a document\n"

@@ -155,8 +155,8 @@ def test_version_1_manifests_still_read_and_unknown_versions_say_rerun(layouts):
         del shard["sample_continues"]
     old = Manifest.from_json(json.dumps(raw), "old.json")
     assert old.shards[0].sample_continues == [0] and old.documents == 1
-    raw["format_version"] = 3
-    with pytest.raises(ManifestError, match=r"new\.json: format version 3, .* re-run txl-prepare"):
+    raw["format_version"] = 4  # 3: version 2 with an end-of-document token (test_format.py)
+    with pytest.raises(ManifestError, match=r"new\.json: format version 4, .* re-run txl-prepare"):
         Manifest.from_json(json.dumps(raw), "new.json")
 
 

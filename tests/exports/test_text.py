@@ -1,6 +1,7 @@
 """Text to ids and back for each kind of export: words (an <eos> per line break), text8's
-characters, a tokenizer.json's subwords; each starts from its line start. A subword prompt is
-its own ids, and generated subwords come out as text piece by piece, whole characters only."""
+characters, a tokenizer.json's subwords; each starts from its line start (subwords: their
+end-of-text token). A subword prompt is its own ids after it, and generated subwords come
+out as text piece by piece, whole characters only."""
 
 from __future__ import annotations
 
@@ -40,8 +41,19 @@ def test_a_tokenizer_json_gives_its_own_ids(tmp_path):
     ids, unknown = text.encode("the dog sat")
     expected = subword.tokenizer.encode("the dog sat", add_special_tokens=False).ids
     assert ids.tolist() == expected and unknown == []
-    assert text.start == subword.tokenizer.encode("\n").ids
+    assert text.start == [text.eos] == [subword.eos_id]  # a request starts a document
     assert text.decode(ids.tolist()) == "the dog sat"
+
+
+def test_a_tokenizer_json_without_an_end_of_text_token_starts_after_a_line_break(tmp_path):
+    spec = json.loads(Subword.train_bpe(300, iter(["the cat sat on the mat\n"] * 20)).json_text)
+    (eos,) = spec.pop("added_tokens")
+    del spec["model"]["vocab"][eos["content"]]
+    spec["model"]["vocab"] = {t: i - 1 for t, i in spec["model"]["vocab"].items()}
+    (tmp_path / TOKENIZER_FILE).write_text(json.dumps(spec))
+    text = ExportText(str(tmp_path))
+    assert text.eos is None and text.start == text.subword.tokenizer.encode("\n").ids
+    assert text.prompt("the cat").tolist() == text.encode("the cat")[0].tolist()
 
 
 def test_a_subword_prompt_is_its_ids_and_generated_ids_come_out_as_whole_characters(tmp_path):
@@ -50,8 +62,8 @@ def test_a_subword_prompt_is_its_ids_and_generated_ids_come_out_as_whole_charact
     subword.save(str(tmp_path / TOKENIZER_FILE))
     text = ExportText(str(tmp_path))
     assert not text.words
-    assert text.prompt("the dog").tolist() == text.encode("the dog")[0].tolist()
-    assert text.prompt("").tolist() == text.start
+    assert text.prompt("the dog").tolist() == [0, *text.encode("the dog")[0].tolist()]
+    assert text.prompt("").tolist() == text.start == [subword.eos_id] == [0]
     generated = " naïve café — 日本\n the cat"
     ids = text.encode(generated)[0].tolist()
     # Some tokens are one byte of a character: the text of the ids up to there ends in U+FFFD.

@@ -5,15 +5,18 @@ is txl-generate's; words the vocabulary lacks are said once; one rank only."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
 from lm_eval.api.instance import Instance
 
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.vocab import Vocab
 from tests.harness.conftest import reference_loglikelihood
 from txl_dist.cli.generate import main as txl_generate
 from txl_dist.harness import TXLM
+from txl_dist.model import TransformerXL, TXLConfig
 
 
 def requests(kind: str, *args: tuple) -> list[Instance]:
@@ -84,3 +87,39 @@ def test_it_runs_on_one_rank(model_dir, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match="one rank"):
         TXLM(str(model_dir))
+
+
+@pytest.fixture(scope="module")
+def subword_dir(tmp_path_factory, wiki_lines) -> Path:
+    """A random model over a BPE with an end-of-text token, drawn often (its bias raised)."""
+    subword = Subword.train_bpe(400, iter(wiki_lines))
+    torch.manual_seed(0)
+    config = TXLConfig(
+        n_token=len(subword), n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, cutoffs=[],
+        tgt_len=8, mem_len=8, eval_tgt_len=64, eval_mem_len=64, dropout=0.0, init_std=0.3,
+    )  # fmt: skip
+    model = TransformerXL(config).eval()
+    with torch.no_grad():
+        model.crit.out_layers[0].bias[subword.eos_id] = 3.0
+    out = tmp_path_factory.mktemp("harness-subword") / "model"
+    model.save_pretrained(out)
+    subword.save(str(out / TOKENIZER_FILE))
+    return out
+
+
+def test_a_subword_document_is_scored_after_its_boundary_and_generation_stops_at_it(
+    subword_dir, wiki_lines
+):
+    lm = TXLM(str(subword_dir), batch_size=2, device="cpu")
+    subword = Subword.load(str(subword_dir / TOKENIZER_FILE))
+    document = " ".join(wiki_lines[3].split()[:12])
+    ids = [subword.eos_id, *subword.encode(document)]  # a document starts after the token
+    assert len(ids) <= lm.model.config.tgt_len  # one segment: one forward is the reference
+    with torch.no_grad():
+        out = lm.model(torch.tensor([ids[:-1]]), torch.tensor([ids[1:]]))
+    (rolling,) = lm.loglikelihood_rolling(requests("loglikelihood_rolling", (document,)), True)
+    assert rolling == pytest.approx(-out.loss.double().sum().item(), rel=1e-5)
+    (text,) = lm.generate_until(
+        requests("generate_until", (document, {"max_gen_toks": 300, "do_sample": True})), True
+    )
+    assert "<|endoftext|>" not in text and len(subword.encode(text)) < 300

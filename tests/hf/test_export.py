@@ -10,6 +10,7 @@ import pytest
 import torch
 import transformers
 
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.vocab import Vocab
 from txl_dist.exports.generation import Sampling, generate
 from txl_dist.exports.text import ExportText
@@ -139,6 +140,36 @@ def test_pipeline_generates_what_txl_generate_does_and_stops_at_the_end_token(
         alone = model.generate(prompt[None], max_new_tokens=steps, do_sample=False)
     assert alone[0, len(prompt) :].tolist() == [*ended, 0]
     assert got[0]["generated_text"].split() == [w for w in WORDS.decode(ended) if w != "<unk>"]
+
+
+def test_a_subword_export_names_its_end_of_text_token_and_generate_stops_at_it(
+    tmp_path, monkeypatch
+):
+    subword = Subword.train_bpe(300, iter(["the cat sat on the mat\n", "a dog sat\n"] * 20))
+    torch.manual_seed(0)
+    config = TXLConfig(
+        n_token=len(subword), n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, cutoffs=[],
+        tgt_len=8, mem_len=8, dropout=0.0, init_std=0.5,
+    )  # fmt: skip
+    model = TransformerXL(config).eval()
+    with torch.no_grad():  # the end-of-text token likely, so greedy draws it in a few steps
+        model.crit.out_layers[0].bias[subword.eos_id] = 7.0
+    out = tmp_path / "txl-hf"
+    save_hf(model, str(out), lambda d: subword.save(f"{d}/{TOKENIZER_FILE}"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert tokenizer.eos_token == tokenizer.bos_token == tokenizer.pad_token == "<|endoftext|>"
+    generation = json.loads((out / "generation_config.json").read_text())
+    assert generation == {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
+    prompt = torch.tensor([0, *subword.encode("the cat")])  # a document starts after it
+    steps = 40
+    ours = [t for t, _ in generate(model, prompt, steps, Sampling(temperature=0), torch.Generator(),
+                                   stop=0)]  # fmt: skip
+    assert 0 < len(ours) < steps  # ours stopped at the token: so does generate(), by its config
+    with torch.no_grad():
+        alone = theirs.eval().generate(prompt[None], max_new_tokens=steps, do_sample=False)
+    assert alone[0, len(prompt) :].tolist() == [*ours, 0]
 
 
 def test_save_pretrained_and_from_pretrained_round_trip(hf_words_dir, tmp_path, monkeypatch):

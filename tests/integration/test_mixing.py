@@ -186,13 +186,16 @@ def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_th
     assert ours["tokens"] == expected.tokens == len(ids) - 1
     assert ours["loss"] == pytest.approx(expected.loss, rel=1e-6)
 
-    # txl-generate: the prompt's ids are the tokenizer's, the text printed is its decoding.
+    # txl-generate: the prompt's ids are the tokenizer's after its end-of-text token (a new
+    # document), the text printed is the decoding of what was drawn before that token, if drawn.
     prompt = "The tower , built in 1889 ,"
     args = ["--model", str(model_dir), "--prompt", prompt, "--max-tokens", "40", "--seed", "1"]
     assert generate.main([*args, "--json"]) == 0
     drawn = json.loads(capsys.readouterr().out)
-    assert drawn["prompt_ids"] == library.encode(prompt, add_special_tokens=False).ids
-    assert len(drawn["ids"]) == 40 and drawn["text"] == library.decode(drawn["ids"])
+    eos = library.token_to_id("<|endoftext|>")
+    assert drawn["prompt_ids"] == [eos, *library.encode(prompt, add_special_tokens=False).ids]
+    assert drawn["stopped"] == ("max_tokens" if len(drawn["ids"]) == 40 else "eos")
+    assert eos not in drawn["ids"] and drawn["text"] == library.decode(drawn["ids"])
     assert generate.main(args) == 0
     assert capsys.readouterr().out == shown(prompt + drawn["text"]) + "\n"
 

@@ -7,7 +7,10 @@
 A model trained on subword data (its export's tokenizer.json) reads the prompt with that
 tokenizer, as it is (no line start before it; an empty prompt is a line break), and prints the
 tokens through its decoder, a character once all its bytes are drawn: byte-level BPE prints
-exactly the text of the drawn ids (control characters as escapes, as for every model).
+exactly the text of the drawn ids (control characters as escapes, as for every model). Where
+the tokenizer has an end-of-text token (every document of the data ended with it), the prompt
+starts after it and generation stops when the model draws it: the document is over, and
+txl-generate says so on stderr.
 Otherwise the prompt is split on whitespace and looked up in the model's vocab.txt (unknown
 words become the unknown token), after a line start (<eos>, or <S> for lm1b). A character-level
 model (enwik8, text8: the export's data.json) reads the prompt as txl-prepare reads its
@@ -73,12 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     model.set_lengths(mem_len=args.mem_len or ev.mem_len, clamp_len=ev.clamp_len, same_length=False)
     model.to(DTYPES[args.dtype])
     generator = torch.Generator().manual_seed(args.seed)
-    ids = (token for token, _ in generate(model, prompt, args.max_tokens, sampling, generator))
+    drawn: list[int] = []
+    steps = generate(model, prompt, args.max_tokens, sampling, generator, stop=text.eos)
+    ids = (drawn.append(token) or token for token, _ in steps)
     if args.json:
-        drawn = list(ids)
+        pieces = "".join(text.pieces(ids, args.prompt))
         report = dict(
-            prompt=args.prompt, prompt_ids=prompt.tolist(), ids=drawn,
-            text="".join(text.pieces(drawn, args.prompt)),
+            prompt=args.prompt, prompt_ids=prompt.tolist(), ids=drawn, text=pieces,
+            stopped="eos" if len(drawn) < args.max_tokens else "max_tokens",
         )  # fmt: skip
         print(json.dumps(report))  # ASCII: a token's escapes never reach the terminal
         return 0
@@ -86,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     for piece in text.pieces(ids, args.prompt):
         print(shown(piece), end="", flush=True)
     print()
+    if len(drawn) < args.max_tokens:
+        eos = shown(text.subword.decode([text.eos]))
+        print(f"txl-generate: stopped at {eos}, the end of a document", file=sys.stderr)
     return 0
 
 

@@ -70,8 +70,10 @@ def generate(
     max_tokens: int,
     sampling: Sampling,
     generator: torch.Generator,
+    stop: int | None = None,
 ) -> Iterator[tuple[int, Tensor]]:
-    """(token id, the [V] log-probabilities it was drawn from) for each new token after `prompt`.
+    """(token id, the [V] log-probabilities it was drawn from) for each new token after `prompt`,
+    ending before `stop` once it is drawn (an end-of-text token: the document is over).
 
     The prompt ([T] int64) goes in as one segment; then each token alone, on the memory.
     """
@@ -80,6 +82,8 @@ def generate(
         out = model(segment, mems=mems)
         log_probs = out.log_probs[0, -1]
         token = sampling.draw(log_probs, generator)
+        if token == stop:
+            return
         yield token, log_probs
         segment, mems = torch.tensor([[token]], device=prompt.device), out.mems
 

@@ -6,6 +6,8 @@ line ends, as txl-eval reads --text), words the vocabulary lacks as its unknown 
 Character-level data (data.json's dataset, enwik8 or text8): the dataset's own tokenizer, as
 txl-generate reads a prompt. A tokenizer.json in the export (subword data) takes precedence:
 its own ids, no unknown tokens, and its decoder (byte-level BPE gives back the text exactly).
+Where the tokenizer has an end-of-text token (data prepared with document boundaries), a
+request and a prompt start after it, as every document of the training data does.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from txl_dist.model.transformer import VOCAB_FILE
 CHAR_START = b" "
 """What a character-level request starts from: the token of a space, a boundary between words."""
 SUBWORD_START = "\n"
-"""What a subword request starts from: a line break (documents are stored back to back)."""
+"""What a subword request starts from without an end-of-text token: a line break (documents
+were stored back to back)."""
 
 
 class ExportText:
@@ -45,10 +48,15 @@ class ExportText:
                 "text needs the export's vocabulary"
             )
         self.dataset = None if self.subword else char_dataset(model_dir)
+        self.eos = None if self.subword is None else self.subword.eos_id
+        """The subword end-of-text token's id (each training document ended with it), or None:
+        generation stops at it."""
         self.start = self._start_ids()
         """The ids every request starts from (a line start), so its first token is scored."""
 
     def _start_ids(self) -> list[int]:
+        if self.eos is not None:
+            return [self.eos]
         if self.subword is not None:
             return self.encode(SUBWORD_START)[0].tolist()
         if self.dataset is not None:
@@ -94,11 +102,15 @@ class ExportText:
         return self.subword is None and self.dataset is None
 
     def prompt(self, text: str) -> torch.Tensor:
-        """The int64 ids txl-generate continues: a subword prompt's own ids (a line start for
-        none); a word prompt after a line start; a character prompt's tokens."""
+        """The int64 ids txl-generate continues: a subword prompt's own ids after the
+        end-of-text token (without one: as they are, a line start for none); a word prompt after
+        a line start; a character prompt's tokens."""
         if self.subword is None:
             return prompt_ids(text, self.vocab, self.dataset)
-        ids = self.encode(text)[0] if text else np.asarray(self.start, np.int64)
+        if self.eos is not None:
+            ids = np.asarray(self.start + self.encode(text)[0].tolist(), np.int64)
+        else:
+            ids = self.encode(text)[0] if text else np.asarray(self.start, np.int64)
         return torch.from_numpy(ids)
 
     def pieces(self, ids: Iterable[int], prompt: str) -> Iterator[str]:

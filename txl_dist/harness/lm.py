@@ -9,6 +9,13 @@
 - generate_until: txl-generate's generation (the prompt in one segment, then each token alone on
   the memory, same_length off), stopped at the first `until` string.
 
+Subword data prepared with document boundaries (its tokenizer's end-of-text token after every
+document): every request is a document of its own, so it starts after that token, as each
+training document did and as the harness's Hugging Face models start after theirs. A rolling
+document's figures are per document: its own tokens are scored after that token, the first
+included, and not the closing token, which the text does not hold (so word and byte
+perplexities compare with the harness's other models); generation stops at the token too.
+
 Lengths are the export's evaluation ones (eval_tgt_len, eval_mem_len, eval_clamp_len,
 eval_same_length) unless given, as in txl-eval. One process: under a multi-rank launcher it
 refuses to start (the harness would score every request on every rank).
@@ -178,7 +185,8 @@ class TXLM(LM):
         return list(zip(total.tolist(), greedy.tolist()))
 
     def generate_one(self, context: str, gen_kwargs: dict) -> str:
-        """The text generated after `context` up to the first of gen_kwargs' `until` strings."""
+        """The text generated after `context` up to the first of gen_kwargs' `until` strings (or
+        the end-of-text token)."""
         options = dict(gen_kwargs)
         until = options.pop("until", None) or []
         until = [until] if isinstance(until, str) else list(until)
@@ -195,7 +203,10 @@ class TXLM(LM):
         prompt = torch.tensor(self.text.start + self.encode(context), device=self._device)
         ids: list[int] = []
         text = ""
-        for token, _ in generate(self.model, prompt, max_tokens, sampling, self.generator):
+        steps = generate(
+            self.model, prompt, max_tokens, sampling, self.generator, stop=self.text.eos
+        )
+        for token, _ in steps:
             ids.append(token)
             text = self.text.decode(ids)
             stops = [text.index(s) for s in until if s in text]

@@ -5,7 +5,9 @@
   that reads text as txl-prepare did (whitespace-split words, a line break as <eos>, unknown words
   as the unknown token);
 - tokenizer_config.json and special_tokens_map.json: the end, unknown and padding tokens, left
-  padding;
+  padding; the end token is <eos> for word-level data and a subword tokenizer's end-of-text
+  token (the first of data_pipeline.EOS_NAMES it has: what txl-prepare wrote after every
+  document), which also begins a text (bos, GPT-2's convention);
 - generation_config.json: their ids, so `generate()` stops at the end token.
 
 Character-level exports (enwik8, text8) get none of these yet: their tokens are bytes or
@@ -19,7 +21,7 @@ import os
 
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-from data_pipeline import EOS, TOKENIZER_FILE, Vocab
+from data_pipeline import EOS, EOS_NAMES, TOKENIZER_FILE, Vocab
 from txl_dist.model.transformer import VOCAB_FILE
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -34,12 +36,13 @@ def write_tokenizer_files(directory: str, level: str) -> None:
     """Add the tokenizer files to an export `directory` that already holds its vocabulary
     (tokenizer.json or vocab.txt); `level` is its data's (word or char)."""
     path = os.path.join(directory, TOKENIZER_FILE)
-    if not os.path.exists(path):
+    subword = os.path.exists(path)
+    if not subword:
         if level != "word":
             return
         Tokenizer.save(word_level(Vocab.load(os.path.join(directory, VOCAB_FILE))), path)
     tokenizer = Tokenizer.from_file(path)
-    special = special_tokens(tokenizer)
+    special = special_tokens(tokenizer, subword)
     ids = {f"{role}_id": tokenizer.token_to_id(token) for role, token in special.items()}
     files = {
         TOKENIZER_CONFIG_FILE: dict(
@@ -64,12 +67,17 @@ def word_level(vocab: Vocab) -> Tokenizer:
     return tokenizer
 
 
-def special_tokens(tokenizer: Tokenizer) -> dict[str, str]:
+def special_tokens(tokenizer: Tokenizer, subword: bool = False) -> dict[str, str]:
     """eos, pad and unk tokens of `tokenizer` that it has: the end token pads too (GPT-2's
-    convention)."""
+    convention); a `subword` tokenizer's end-of-text token (data_pipeline.EOS_NAMES) is its end
+    token, and begins a text too."""
     vocab = tokenizer.get_vocab()
     special = {}
-    if EOS in vocab:
+    if subword:
+        end = next((name for name in EOS_NAMES if name in vocab), None)
+        if end is not None:
+            special.update(bos_token=end, eos_token=end, pad_token=end)
+    elif EOS in vocab:
         special.update(eos_token=EOS, pad_token=EOS)
     unk = json.loads(tokenizer.to_str())["model"].get("unk_token")
     if unk in vocab:

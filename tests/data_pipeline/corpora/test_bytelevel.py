@@ -153,3 +153,18 @@ def test_characters_fed_one_call_each_are_split_as_the_library_splits(lm1b_sente
     ids = [subword.encode_documents([d]).ids.tolist() for d in documents]
     assert ids == [library_ids(subword.tokenizer, [d]) for d in documents]
     assert compiles.linear_in(len(new)), (compiles.calls, compiles.characters, len(new))
+
+
+def test_a_document_holding_a_special_tokens_text_is_encoded_as_the_library_does(lm1b_sentences):
+    subword = Subword.train_bpe(400, iter(lm1b_sentences[:500]))
+    assert subword.byte_level is not None  # its one added token is special: the fast encoder
+    documents = [
+        "a story.<|endoftext|>The next one",
+        lm1b_sentences[600],
+        "<|endoftext|>",
+        " <|endoftext|> <|endoftext|>x",
+    ]
+    ids = subword.encode_documents(documents)
+    assert ids.ids.tolist() == library_ids(subword.tokenizer, documents)
+    assert ids.ids.tolist().count(subword.eos_id) == 4  # the library's: the token itself
+    assert subword.decode(ids.ids[: ids.lengths[0]]) == documents[0]

@@ -22,7 +22,7 @@ from data_pipeline.corpora.subword import Subword
 from data_pipeline.prepare.job import Job, prepare
 from data_pipeline.prepare.settings import Settings
 from data_pipeline.prepare.verify import verify
-from data_pipeline.shards.errors import CorpusFormatError
+from data_pipeline.shards.errors import CorpusFormatError, ShardCorruptError, VocabMismatchError
 from data_pipeline.shards.format import load_manifest, manifest_url
 from txl_dist.config.loading import resolve_vocab_size
 
@@ -52,22 +52,37 @@ def write_parquet(path: Path, documents: list[str], field: str = "text") -> None
 
 def split_tokens(root: Path, split: str) -> np.ndarray:
     """Every token of a prepared split, read back with webdataset itself."""
+    return np.concatenate([tokens for tokens, _ in split_samples(root, split)])
+
+
+def split_samples(root: Path, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every sample of a prepared split (its tokens, its documents' lengths), by webdataset."""
     urls = sorted(glob.glob(str(root / split / "*.tar")))
     samples = wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode()
-    return np.concatenate([s["tokens.npy"] for s in samples])
+    return [(s["tokens.npy"], s["lengths.npy"]) for s in samples]
 
 
 def assert_split_is_the_library_encoding(root: Path, split: str, documents: list[str]) -> None:
     """The split's tokens are tokenizer.json's encoding of each document (by the library, not
-    our wrapper), one document each, and they decode back to the documents exactly."""
+    our wrapper), one document each, then the end-of-text token the manifest names, and each
+    document's tokens but that last one decode back to the document exactly."""
     library = Tokenizer.from_file(str(root / "tokenizer.json"))
-    expected = [library.encode(d, add_special_tokens=False).ids for d in documents]
-    tokens = split_tokens(root, split)
-    assert tokens.tolist() == [i for ids in expected for i in ids]
     manifest = load_manifest(manifest_url(str(root), split))
-    assert manifest.documents == len(documents)
+    eos = library.token_to_id(manifest.eos_token)
+    assert manifest.eos_id == eos is not None and manifest.format_version == 3
+    expected = [library.encode(d, add_special_tokens=False).ids + [eos] for d in documents]
+    samples = split_samples(root, split)
+    tokens = np.concatenate([t for t, _ in samples])
+    assert tokens.tolist() == [i for ids in expected for i in ids]
+    lengths = np.concatenate([n for _, n in samples]).tolist()
+    if sum(manifest.shards[0].sample_continues) == 0:  # no document cut: one entry each
+        assert lengths == [len(ids) for ids in expected]
+    assert manifest.documents == len(documents) and manifest.tokens == len(tokens)
     assert manifest.vocab_size == library.get_vocab_size()
-    assert library.decode(tokens.tolist(), skip_special_tokens=False) == "".join(documents)
+    starts = np.cumsum([0] + [len(ids) for ids in expected]).tolist()
+    for k, document in enumerate(documents):
+        ids = tokens[starts[k] : starts[k + 1]].tolist()
+        assert ids[-1] == eos and library.decode(ids[:-1], skip_special_tokens=False) == document
 
 
 @pytest.fixture
@@ -212,6 +227,8 @@ def test_a_parquet_file_without_the_text_column_names_its_columns(tmp_path, lm1b
         ("text", {"tokenizer": "bpe:300"}, "--tokenizer applies to the record datasets"),
         ("jsonl", {"tokenizer": "bpe:300", "vocab": "vocab.txt"}, "not both"),
         ("parquet", {"tokenizer": "bpe:12"}, "above the 256 bytes"),
+        ("jsonl", {"tokenizer": "bpe:300", "eos_token": "</s>"}, "bpe:N trains its own"),
+        ("text", {"eos_token": "</s>"}, "--eos-token names a token of a --tokenizer FILE"),
     ],
 )
 def test_settings_that_do_not_fit_are_refused_before_reading(dataset, options, refusal):
@@ -410,3 +427,82 @@ def test_a_bpe_size_that_cannot_be_trained_is_one_line(tmp_path, capsys, spec):
         in err
     )
     assert "Traceback" not in err
+
+
+def without_eos(tokenizer_file: str, tmp_path: Path) -> Path:
+    """A copy of a tokenizer file with no end-of-text token: GPT-2-style, no added tokens."""
+    spec = json.loads(Path(tokenizer_file).read_text())
+    (eos,) = spec.pop("added_tokens")
+    vocab = spec["model"]["vocab"]
+    del vocab[eos["content"]]
+    spec["model"]["vocab"] = {t: i - 1 for t, i in vocab.items()}  # ids 0..size-1 again
+    path = tmp_path / "no-eos" / "tokenizer.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_a_tokenizer_without_an_end_of_text_token_is_refused_saying_how_to_add_one(
+    tmp_path, lm1b_sentences, tokenizer_file, capsys
+):
+    write_jsonl(tmp_path / "src" / "train" / "news.jsonl", lm1b_sentences[:200])
+    given = without_eos(tokenizer_file, tmp_path)
+    assert run_prepare(tmp_path / "src", tmp_path / "out", "--dataset", "jsonl",
+                       "--tokenizer", str(given)) == 2  # fmt: skip
+    err = one_line_error(capsys)
+    assert f"{given} has no end-of-text token (none of <|endoftext|>, <|end_of_text|>" in err
+    assert "name one of its tokens with --eos-token TEXT, or add one to its added_tokens" in err
+    assert '{"id": 399, "content": "<|endoftext|>"' in err and '"special": true}' in err
+    # --eos-token names one of its tokens instead: each document then ends with it.
+    options = ["--dataset", "jsonl", "--tokenizer", str(given), "--eos-token", "\u0120the"]
+    assert run_prepare(tmp_path / "src", tmp_path / "named", *options) == 0
+    manifest = load_manifest(manifest_url(str(tmp_path / "named"), "train"))
+    assert manifest.eos_token == "\u0120the" and manifest.format_version == 3
+    assert_split_is_the_library_encoding(tmp_path / "named", "train", lm1b_sentences[:200])
+    # A name that is none of its tokens is refused, naming the flag and the file.
+    options[-1] = "<|im_end|>"
+    assert run_prepare(tmp_path / "src", tmp_path / "other", *options) == 2
+    err = one_line_error(capsys)
+    assert f"--eos-token '<|im_end|>': {given} has no such token" in err
+
+
+def test_a_bpe_tokenizer_trained_without_boundaries_is_trained_again(
+    tmp_path, lm1b_sentences, tokenizer_file
+):
+    write_jsonl(tmp_path / "src" / "train" / "news.jsonl", lm1b_sentences[:300])
+    out = tmp_path / "out"
+    prepare("jsonl", str(out), str(tmp_path / "src"), tokenizer="bpe:400", **PIECES)
+    trained = (out / "tokenizer.json").read_text()
+    # An earlier run's tokenizer, trained before document boundaries: found, never reused.
+    (out / "tokenizer.json").write_text(without_eos(tokenizer_file, tmp_path).read_text())
+    manifest = prepare("jsonl", str(out), str(tmp_path / "src"), tokenizer="bpe:400", **PIECES)
+    assert (out / "tokenizer.json").read_text() == trained
+    assert manifest["train"].eos_token == "<|endoftext|>" and manifest["train"].eos_id == 0
+    assert_split_is_the_library_encoding(out, "train", lm1b_sentences[:300])
+
+
+def test_verify_checks_every_document_ends_with_the_token_its_manifest_names(
+    tmp_path, wikitext103_articles
+):
+    write_jsonl(tmp_path / "src" / "train" / "articles.jsonl", wikitext103_articles[:30])
+    out = tmp_path / "out"
+    # Small samples and shards: documents cut across samples and across shards.
+    layout = {"sample_size": 500, "shard_size": 2000}
+    manifest = prepare("jsonl", str(out), str(tmp_path / "src"), tokenizer="bpe:400", **layout)
+    shards = manifest["train"].shards
+    assert len(shards) > 3 and any(s.sample_continues[0] for s in shards[1:])
+    (line,) = verify(str(out))
+    assert line.endswith("each document ending with '<|endoftext|>' OK")
+    path = out / "train" / "manifest.json"
+    raw = json.loads(path.read_text())
+    library = Tokenizer.from_file(str(out / "tokenizer.json"))
+    raw["eos_id"] = library.token_to_id("\u0120the")  # another token's id: not the tokenizer's
+    path.write_text(json.dumps(raw))
+    with pytest.raises(VocabMismatchError, match=re.escape("eos_token '<|endoftext|>' is not id")):
+        verify(str(out))
+    raw["eos_token"] = "\u0120the"  # consistent, but the documents end otherwise
+    path.write_text(json.dumps(raw))
+    with pytest.raises(
+        ShardCorruptError, match=r"\.tar: sample \d+: document \d+ does not end with the end"
+    ):
+        verify(str(out))

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import pickle
+import re
+
 import pytest
 
 from data_pipeline.corpora.subword import Subword, bpe_size
@@ -45,3 +49,34 @@ def test_bpe_sizes_that_cannot_be_trained_are_refused(spec):
 
 def test_a_tokenizer_file_is_no_bpe_size():
     assert bpe_size("s3://bucket/tokenizer.json") is None and bpe_size("bpe:32000") == 32000
+
+
+def test_bpe_trains_with_its_end_of_text_token_and_a_file_names_its_own(lm1b_sentences):
+    trained = Subword.train_bpe(300, iter(lm1b_sentences[:500]))
+    assert (trained.eos, trained.eos_id, len(trained)) == ("<|endoftext|>", 0, 300)
+    assert trained.require_eos("t.json") is trained
+    assert pickle.loads(pickle.dumps(trained)).eos_id == 0  # as workers get it
+    # A file's own end-of-text token, by its name; --eos-token names any of its tokens.
+    spec = json.loads(trained.json_text)
+    spec["added_tokens"][0]["content"] = "</s>"
+    spec["model"]["vocab"]["</s>"] = spec["model"]["vocab"].pop("<|endoftext|>")
+    assert (Subword(json.dumps(spec)).eos, Subword(json.dumps(spec)).eos_id) == ("</s>", 0)
+    named = Subword(trained.json_text, "t.json", eos="\u0120the")
+    assert named.eos_id == trained.tokenizer.token_to_id("\u0120the")
+    with pytest.raises(CorpusFormatError, match="--eos-token 'the end': t.json has no such"):
+        Subword(trained.json_text, "t.json", eos="the end")
+
+
+def test_the_refusals_hint_adds_an_end_of_text_token_that_is_then_used(lm1b_sentences):
+    spec = json.loads(Subword.train_bpe(300, iter(lm1b_sentences[:500])).json_text)
+    (eos,) = spec.pop("added_tokens")
+    del spec["model"]["vocab"][eos["content"]]
+    spec["model"]["vocab"] = {t: i - 1 for t, i in spec["model"]["vocab"].items()}
+    bare = Subword(json.dumps(spec), "bare.json")
+    with pytest.raises(CorpusFormatError, match="bare.json has no end-of-text token") as err:
+        bare.require_eos("bare.json")
+    hint = re.search(r"\((\{.*\})\)$", str(err.value)).group(1)
+    spec["added_tokens"] = [json.loads(hint)]  # the entry the line says to add
+    fixed = Subword(json.dumps(spec), "fixed.json").require_eos("fixed.json")
+    assert (fixed.eos, fixed.eos_id, len(fixed)) == ("<|endoftext|>", 299, 300)
+    assert fixed.byte_level is not None  # still the fast encoder's kind

@@ -110,8 +110,9 @@ def test_the_known_patterns_are_accepted(tmp_path, source, lm1b_sentences):
         )
         alphabet = pre_tokenizers.ByteLevel.alphabet()
         trainer = trainers.BpeTrainer(
-            vocab_size=300, initial_alphabet=alphabet, show_progress=False
-        )
+            vocab_size=300, initial_alphabet=alphabet, show_progress=False,
+            special_tokens=["</s>"],
+        )  # fmt: skip
         tokenizer.train_from_iterator(lm1b_sentences[:300], trainer)
         tokenizer.decoder = decoders.ByteLevel()
         tokenizer.save(str(tmp_path / f"{k}.json"))

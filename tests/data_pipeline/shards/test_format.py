@@ -151,3 +151,21 @@ def test_verify_hashes_a_shard_as_a_stream(tmp_path, http_server):
     path.write_bytes(data)
     with pytest.raises(ChecksumError, match="first bad sample: .*sample 63 is corrupt"):
         verify_shard(url, shard, 1000, None)
+
+
+def test_a_word_manifest_records_no_end_token_and_an_end_token_is_checked(wt103_copy):
+    url = manifest_url(str(wt103_copy), "valid")
+    raw = json.loads((wt103_copy / "valid" / "manifest.json").read_text())
+    assert "eos_token" not in raw and raw["format_version"] == 2  # as before format 3
+    manifest = load_manifest(url)
+    assert (manifest.eos_token, manifest.eos_id) == (None, None)
+    assert "eos_token" not in manifest.to_json()
+    edit_manifest(wt103_copy, lambda m: m.update(format_version=3, eos_token="<eos>", eos_id=0))
+    assert (load_manifest(url).eos_token, load_manifest(url).eos_id) == ("<eos>", 0)
+    assert '"eos_id": 0' in load_manifest(url).to_json()
+    for bad in ({"eos_id": raw["vocab_size"]}, {"eos_id": None}, {"format_version": 2}):
+        edit_manifest(wt103_copy, lambda m, bad=bad: m.update(bad))
+        with pytest.raises(ManifestError, match="eos_token '<eos>' with eos_id .* re-run") as err:
+            load_manifest(url)
+        one_line_error(err)
+        edit_manifest(wt103_copy, lambda m: m.update(format_version=3, eos_id=0))

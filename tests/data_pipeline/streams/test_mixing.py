@@ -13,7 +13,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from data_pipeline import TokenStreams, VocabMismatchError, manifest_url, prepare
+from data_pipeline import TokenStreams, VocabMismatchError, load_manifest, manifest_url, prepare
 from data_pipeline.streams import MixedStreams, MixSource, Reading
 from tests.data_pipeline.corpora.test_records import write_jsonl
 from tests.processes import python_ranks
@@ -55,11 +55,13 @@ def sources(corpora, weights: dict[str, float], split: str = "train") -> list[Mi
 
 
 class Reference:
-    """A corpus's tokens in corpus order and its document ends, by the tokenizers library."""
+    """A corpus's tokens in corpus order and its document ends, by the tokenizers library: each
+    document's ids, then the end-of-text token its train manifest names."""
 
     def __init__(self, root: Path, documents: list[str], global_rows: int):
         library = Tokenizer.from_file(str(root / "tokenizer.json"))
-        ids = [library.encode(d, add_special_tokens=False).ids for d in documents]
+        eos = library.token_to_id(load_manifest(manifest_url(str(root), "train")).eos_token)
+        ids = [library.encode(d, add_special_tokens=False).ids + [eos] for d in documents]
         self.tokens = np.array([i for doc in ids for i in doc], np.int64)
         self.ends = np.cumsum([len(doc) for doc in ids])
         self.share = len(self.tokens) // global_rows
