@@ -176,7 +176,8 @@ def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_th
     # txl-eval --text scores the tokenizer's ids of the file.
     text_file = tmp_path / "valid.txt"
     text_file.write_text(text, encoding="utf-8")
-    args = ["--model", str(model_dir), "--text", str(text_file), "--batch-size", "2"]
+    args = ["--model", str(model_dir), "--text", str(text_file)]
+    args += ["--batch-size", "2", "--dtype", "fp32"]  # as below, not the run's recorded bf16
     assert evaluate.main([*args, "--json", "--no-progress"]) == 0
     ours = json.loads(capsys.readouterr().out)
     model = load_for_evaluation(str(model_dir), torch.device("cpu"))
