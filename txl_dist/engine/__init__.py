@@ -1,6 +1,7 @@
 """The DeepSpeed training engine: streams -> slots with memories -> checkpoints, metrics.
 
 - build.py: everything with side effects before the loop (process group, data, engine, resume);
+- data.py: the run's training and evaluation streams, and its data's tokenizer;
 - train.py: the loop; memory.py: per-slot memories; graphs.py: train.cuda_graphs;
 - evaluate.py: distributed evaluation; overflow.py: bf16 updates with non-finite gradients;
 - schedule.py: learning-rate multipliers; metrics.py: the console line, metrics.jsonl, wandb;

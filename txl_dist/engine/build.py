@@ -16,17 +16,9 @@ import torch
 from deepspeed.accelerator import get_accelerator
 
 from data_pipeline import (
-    TOKENIZER_FILE,
-    BatchStream,
     MixedStreams,
-    MixSource,
-    Reading,
-    Subword,
     TokenStreams,
-    VocabMismatchError,
-    manifest_url,
     redact,
-    root_tokenizer,
 )
 from txl_dist.config.plan import DeepSpeedSection, RunPlan
 from txl_dist.config.sections import RunConfig
@@ -41,6 +33,7 @@ from txl_dist.engine.checkpoint.parts import (
     TokenizerPart,
     TokensPart,
 )
+from txl_dist.engine.data import open_streams, open_training_streams, training_tokenizer
 from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
 from txl_dist.engine.graphs import graph_layers
 from txl_dist.engine.init_from import InitSource, copy_weights, source_model
@@ -293,65 +286,6 @@ def fitted_bucket(model: TXLConfig) -> int:
     (a larger gradient is reduced from its own buffer); even, as all-gather buckets must be."""
     largest = max(p.numel() for p in build_on_meta(model).parameters())
     return min(largest + largest % 2, DEEPSPEED_BUCKET)
-
-
-def open_streams(
-    config: RunConfig,
-    world: World,
-    split: str,
-    tail: bool,
-    rows: int,
-    tgt_len: int | None = None,
-    root: str | None = None,
-) -> TokenStreams:
-    """This rank's `rows` stream rows of `split` of the dataset at `root` (data.path if None;
-    tail=True: evaluation, every token once)."""
-    data = config.data
-    return TokenStreams(
-        manifest_url(root or data.path, split),
-        rows_per_rank=rows,
-        tgt_len=tgt_len or config.model.tgt_len,
-        rank=world.rank,
-        world_size=world.world_size,
-        seed=config.train.seed,
-        order=data.order,
-        tail=tail,
-        expected_vocab_size=config.model.n_token,
-        storage_options=data.storage_options,
-        retry=data.retry(),
-    )
-
-
-def open_training_streams(config: RunConfig, world: World, rows: int) -> BatchStream:
-    """This rank's training rows: of data.path, or of the corpora of data.mix by weight."""
-    data = config.data
-    if data.mix is None:
-        return open_streams(config, world, data.train_split, tail=False, rows=rows)
-    return MixedStreams(
-        [MixSource(c.name, manifest_url(c.path, data.train_split), c.weight) for c in data.mix],
-        rows_per_rank=rows,
-        tgt_len=config.model.tgt_len,
-        reading=Reading(storage_options=data.storage_options, retry=data.retry()),
-        rank=world.rank,
-        world_size=world.world_size,
-        seed=config.train.seed,
-        order=data.order,
-        expected_vocab_size=config.model.n_token,
-    )
-
-
-def training_tokenizer(config: RunConfig, streams: BatchStream) -> Subword | None:
-    """The training data's subword tokenizer, which every checkpoint carries (the first mixed
-    corpus's: the corpora share it); None for a word or character vocabulary."""
-    root = config.data.root
-    tokenizer = root_tokenizer(root, config.data.storage_options)
-    recorded = streams.manifest.vocab_sha256
-    if tokenizer is not None and tokenizer.sha256 != recorded:
-        raise VocabMismatchError(
-            f"{root}/{TOKENIZER_FILE} has sha256 {tokenizer.sha256[:12]}, its manifests record "
-            f"{recorded[:12]}: it changed after txl-prepare; prepare the data again"
-        )
-    return tokenizer
 
 
 class SplitEvaluator:
