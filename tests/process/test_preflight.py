@@ -25,30 +25,28 @@ def data(shared_data, tmp_path_factory) -> Path:
     return root / "data"
 
 
-@pytest.fixture(scope="module")
-def other_data(data) -> Path:
-    """The same train text with its lines in reverse: a vocabulary of its own (another order)."""
-    root = data.parent / "other"
+def prepared_variant(data: Path, name: str, lines_of) -> Path:
+    """`data`'s text with each split's lines passed through `lines_of`, prepared at its own root."""
+    root = data.parent / name
     (root / "src").mkdir(parents=True)
     for split in ("train", "valid"):
         lines = (data.parent / "src" / f"{split}.txt").read_text().splitlines(keepends=True)
-        (root / "src" / f"{split}.txt").write_text("".join(reversed(lines)))
+        (root / "src" / f"{split}.txt").write_text("".join(lines_of(lines)))
     args = ["--dataset", "text", "--source", str(root / "src"), "--out", str(root / "data")]
     assert prepare_main([*args, "--no-progress"]) == 0
     return root / "data"
+
+
+@pytest.fixture(scope="module")
+def other_data(data) -> Path:
+    """The same train text with its lines in reverse: a vocabulary of its own (another order)."""
+    return prepared_variant(data, "other", lambda lines: reversed(lines))
 
 
 @pytest.fixture(scope="module")
 def fewer_words(data) -> Path:
     """The first half of the train text: a smaller vocabulary (another size, not only order)."""
-    root = data.parent / "fewer"
-    (root / "src").mkdir(parents=True)
-    for split in ("train", "valid"):
-        lines = (data.parent / "src" / f"{split}.txt").read_text().splitlines(keepends=True)
-        (root / "src" / f"{split}.txt").write_text("".join(lines[: len(lines) // 2]))
-    args = ["--dataset", "text", "--source", str(root / "src"), "--out", str(root / "data")]
-    assert prepare_main([*args, "--no-progress"]) == 0
-    return root / "data"
+    return prepared_variant(data, "fewer", lambda lines: lines[: len(lines) // 2])
 
 
 def config(data: Path, out_dir: Path, *overrides: str):
