@@ -3,7 +3,8 @@
 - ``batch_stream.py``: ``BatchStream``, the contract both streams keep and the trainer reads.
 - ``token_streams.py``: ``TokenStreams``, one corpus's batches, for training and evaluation.
 - ``mixing.py``: ``MixedStreams``, several corpora mixed by weight, every row still one stream.
-- ``mix_rows.py``: a mix's rows walked document by document, each document's corpus drawn.
+- ``mix_rows.py``: a mix's rows walked document by document, each from the corpus scheduled.
+- ``mix_schedule.py``: which corpus a mix's row reads next, and where every row starts.
 - ``shares.py``: one corpus of a mix, its epochs cut into one share per global row.
 - ``geometry.py``: where every global row lies in an epoch; the layouts refused.
 - ``table.py``: a split's samples, flattened from its manifest.

@@ -1,66 +1,66 @@
-"""A mix's rows walked in the prefetch thread: each row's next document drawn by a
-counter-based hash, read from where its share of that corpus stands, block after block."""
+"""A mix's rows walked in the prefetch thread: each row's next document from the corpus its
+schedule names, read from where its share of that corpus stands, block after block."""
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from data_pipeline.shards.format import Manifest
+from data_pipeline.streams.mix_schedule import MixSchedule, RowStart
 from data_pipeline.streams.shares import CorpusShares
-
-MASK64 = (1 << 64) - 1
-
-
-def splitmix64(x: int) -> int:
-    """One splitmix64 output for state ``x``: a well-mixed 64-bit hash of a 64-bit integer."""
-    z = (x + 0x9E3779B97F4A7C15) & MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
-    return z ^ (z >> 31)
-
-
-def uniform(seed: int, row: int, document: int) -> float:
-    """A number in [0, 1) that depends on (seed, row, document) only."""
-    h = splitmix64(splitmix64(splitmix64(seed & MASK64) ^ row) ^ document)
-    return (h >> 11) / float(1 << 53)
-
-
-def draw_thresholds(weights: list[float], manifests: list[Manifest]) -> list[float]:
-    """Cumulative draw probabilities: weight / mean document tokens, normalized."""
-    per_doc = [w * m.documents / m.tokens for w, m in zip(weights, manifests)]
-    total = sum(per_doc)
-    return list(np.cumsum(per_doc) / total)
 
 
 @dataclass
 class RowCursor:
-    """Where a global row stands: its next document's index and each corpus share's place."""
+    """Where a global row stands: the corpus of the document it is in, each corpus share's
+    place, and what the schedule counts."""
 
-    document: int
-    """Index of the document the row's next token belongs to."""
+    corpus: int
+    """The corpus of the document the row's next token belongs to."""
     epochs: list[int]
     """Per corpus, the epoch its share is in."""
     offsets: list[int]
-    """Per corpus, tokens of the share read in that epoch."""
+    """Per corpus, tokens of the share read in that epoch (the skipped ones included)."""
+    counts: list[int]
+    """Per corpus, the tokens the schedule counts: its start's, then every token read."""
+    skipped: list[int]
+    """Per corpus, tokens of its share's first epoch the row started after (not read)."""
 
     def to_list(self) -> list[int]:
-        return [self.document, *self.epochs, *self.offsets]
+        return [self.corpus, *self.epochs, *self.offsets, *self.counts, *self.skipped]
 
     @classmethod
     def from_list(cls, values: list[int], corpora: int) -> RowCursor:
-        return cls(values[0], list(values[1 : 1 + corpora]), list(values[1 + corpora :]))
+        k = corpora
+        fields = [list(values[1 + i * k : 1 + (i + 1) * k]) for i in range(4)]
+        return cls(values[0], *fields)
 
     @classmethod
-    def start(cls, corpora: int) -> RowCursor:
-        """A row at its first document, every share at its start."""
-        return cls(0, [0] * corpora, [0] * corpora)
+    def start(cls, start: RowStart, offset: int, into_document: int) -> RowCursor:
+        """A row at its start: ``offset`` tokens into its first corpus's share, of which
+        ``into_document`` into the document there (counted as read), every other share at its
+        beginning."""
+        zeros = [0] * len(start.counts)
+        skipped = list(zeros)
+        skipped[start.corpus] = offset
+        counts = list(start.counts)
+        counts[start.corpus] += into_document
+        return cls(start.corpus, [0] * len(zeros), list(skipped), counts, skipped)
+
+    def read(self, shares: list[int]) -> list[int]:
+        """Per corpus, the tokens this row has read (``shares``: each corpus's share length)."""
+        return [
+            e * share + o - s
+            for e, o, s, share in zip(self.epochs, self.offsets, self.skipped, shares)
+        ]
 
     def copy(self) -> RowCursor:
-        return RowCursor(self.document, list(self.epochs), list(self.offsets))
+        return RowCursor(
+            self.corpus, list(self.epochs), list(self.offsets), list(self.counts),
+            list(self.skipped),
+        )  # fmt: skip
 
 
 @dataclass
@@ -82,20 +82,29 @@ class MixRows:
     def __init__(
         self,
         corpora: list[CorpusShares],
-        thresholds: list[float],
-        seed: int,
+        schedule: MixSchedule,
         local_rows: range,
         tgt_len: int,
         steps_per_block: int,
     ):
-        self.corpora, self.thresholds, self.seed = corpora, thresholds, seed
+        self.corpora, self.schedule = corpora, schedule
         self.local_rows, self.rows = local_rows, len(local_rows)
         self.tgt_len, self.steps_per_block = tgt_len, steps_per_block
 
-    def corpus_of(self, row: int, document: int) -> int:
-        """The corpus a row's document is drawn from."""
-        u = uniform(self.seed, row, document)
-        return min(bisect.bisect_right(self.thresholds, u), len(self.corpora) - 1)
+    def start(self, row: int, start: RowStart) -> RowCursor:
+        """Global ``row``'s cursor at ``start``: at a token drawn from the start window of its
+        first corpus's share, past the share's first document end (the window's samples
+        loaded)."""
+        corpus = self.corpora[start.corpus]
+        base, share = row * corpus.share, corpus.share
+        # At most half a small share is skipped: the rest of its first epoch is read.
+        window = max(1, min(self.schedule.start_window(start.corpus), share // 2))
+        corpus.load(0, base, base + min(share, 2 * window))
+        first, ends = corpus.document_stop(0, base, base + window)
+        first = first - base if ends else 0
+        offset = first + int(start.fraction * min(window, share - first))
+        begins = corpus.document_start(0, base, base + offset) - base
+        return RowCursor.start(start, offset, offset - begins)
 
     def take(
         self, row: int, cursor: RowCursor, n: int, ahead: int
@@ -105,7 +114,7 @@ class MixRows:
         ahead, so that the row's next steps find theirs loaded."""
         pieces = []
         while n > 0:
-            c = self.corpus_of(row, cursor.document)
+            c = cursor.corpus
             corpus, epoch, offset = self.corpora[c], cursor.epochs[c], cursor.offsets[c]
             base = row * corpus.share
             cap = min(corpus.share, offset + n)
@@ -115,11 +124,12 @@ class MixRows:
             pieces.append((c, epoch, base + offset, base + stop))
             n, ahead = n - (stop - offset), ahead - (stop - offset)
             cursor.offsets[c] = stop
+            cursor.counts[c] += stop - offset
             if stop == corpus.share:  # the share is read: its next epoch, a new document
                 cursor.epochs[c], cursor.offsets[c] = epoch + 1, 0
                 ends = True
             if ends:
-                cursor.document += 1
+                cursor.corpus = self.schedule.next_corpus(cursor.counts)
         return pieces
 
     def read(self, pieces: list[tuple[int, int, int, int]]) -> np.ndarray:

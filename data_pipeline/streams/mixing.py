@@ -4,22 +4,22 @@ Rows. As in TokenStreams there are G = world_size x rows_per_rank global rows an
 ``[r * rows_per_rank, (r + 1) * rows_per_rank)``. Each corpus's epoch (its virtual token array of
 N tokens, in corpus or shuffled order exactly as token_streams.py makes it) is cut into G shares of
 ``N // G`` tokens; row g only ever reads share g of each corpus. A row is a sequence of
-documents: at each document boundary it draws the corpus of its next document and reads that
-document from where its share of that corpus stands, token after token, so consecutive batches
+documents: at each document boundary its schedule names the corpus of its next document, read
+from where its share of that corpus stands, token after token, so consecutive batches
 continue every row and no document is broken. The end of a share ends the document there; the
 share then starts again in the corpus's next epoch, in that epoch's own order, and the stream logs
 one line the first time each corpus starts an epoch.
 
-Draws. Document k of row g comes from corpus c with probability proportional to
-``weight_c / mean_document_tokens_c`` (tokens / documents of the corpus's split, from its
-manifest): the tokens a draw brings are then proportional to the weights, so weights are shares of
-tokens, not of documents. The draw is a counter-based hash (splitmix64) of (seed, g, k): it needs
-no history, and a row's documents do not depend on the world size.
+Schedule (mix_schedule.py). A row's next document comes from the corpus furthest behind its
+share of the row's tokens, and every row starts as if it had been running for a while, at a
+seeded point spread over the rows, mid-way into a document: the expected token shares equal the
+weights from the first step, and a row's share strays from its weight by about one document.
+A row's documents do not depend on the world size.
 
-State. Per row: its document index and, per corpus, the epoch and offset of its share; nothing
-grows with the steps taken. ``state_dict()`` holds every global row (all ranks' rows, gathered
-over torch.distributed), so a state saved on one world size resumes on another with the same
-global rows, batch for batch.
+State. Per row: the corpus of its document and, per corpus, the epoch and offset of its share,
+the schedule's count and the tokens skipped at the start; nothing grows with the steps taken.
+``state_dict()`` holds every global row (all ranks' rows, gathered over torch.distributed), so
+a state saved on one world size resumes on another with the same global rows, batch for batch.
 """
 
 from __future__ import annotations
@@ -35,14 +35,15 @@ from data_pipeline.shards.errors import VocabMismatchError
 from data_pipeline.shards.format import Manifest, load_manifest
 from data_pipeline.streams.batch_stream import BatchStream, check_vocab
 from data_pipeline.streams.geometry import check_layout
-from data_pipeline.streams.mix_rows import MixRows, RowCursor, draw_thresholds
+from data_pipeline.streams.mix_rows import MixRows, RowCursor
+from data_pipeline.streams.mix_schedule import MixSchedule
 from data_pipeline.streams.prefetch import Prefetcher
 from data_pipeline.streams.shares import DEFAULT_READING, CorpusShares, MixSource, Reading
 
 log = logging.getLogger(__name__)
 
 STATE_KIND = "mix"
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 def check_same_vocabulary(names: list[str], manifests: list[Manifest]) -> None:
@@ -99,15 +100,22 @@ class MixedStreams(BatchStream):
             CorpusShares(s, m, self.global_rows, reading, order, seed)
             for s, m in zip(sources, manifests)
         ]
-        thresholds = draw_thresholds([s.weight for s in sources], manifests)
-        steps_per_block = max(1, reading.block_tokens // (rows_per_rank * tgt_len))
-        self.walk = MixRows(
-            self.corpora, thresholds, seed, self.local_rows, tgt_len, steps_per_block
+        self.schedule = MixSchedule(
+            [s.weight for s in sources], [m.tokens / m.documents for m in manifests]
         )
-        self.cursors = [RowCursor.start(len(sources)) for _ in range(rows_per_rank)]
+        steps_per_block = max(1, reading.block_tokens // (rows_per_rank * tgt_len))
+        self.walk = MixRows(self.corpora, self.schedule, self.local_rows, tgt_len, steps_per_block)
+        self.seed = seed
+        starts = self.schedule.starts(seed, self.global_rows)
+        self.cursors = [self.walk.start(g, starts[g]) for g in self.local_rows]
         self.next_step = 0
         self.epoch, self.step, self.new_epoch = 0, -1, False
         self.announced = {(i, 0) for i in range(len(sources))}  # (corpus, epoch) logged
+
+    @property
+    def shares(self) -> list[int]:
+        """Each corpus's share length: tokens per row and epoch."""
+        return [c.share for c in self.corpora]
 
     @property
     def local_rows(self) -> range:
@@ -129,7 +137,7 @@ class MixedStreams(BatchStream):
             "version": STATE_VERSION,
             "kind": STATE_KIND,
             "step": self.next_step,
-            "seed": self.walk.seed,
+            "seed": self.seed,
             "order": self.order,
             "global_rows": self.global_rows,
             "tgt_len": self.tgt_len,
@@ -152,7 +160,7 @@ class MixedStreams(BatchStream):
                     "same global rows (world_size x rows_per_rank), tgt_len and data.mix names"
                 )
         self.close()
-        self.walk.seed, self.order, self.next_step = state["seed"], state["order"], state["step"]
+        self.seed, self.order, self.next_step = state["seed"], state["order"], state["step"]
         for corpus in self.corpora:
             corpus.seed, corpus.order, corpus.orders, corpus.samples = (
                 state["seed"],
@@ -160,12 +168,37 @@ class MixedStreams(BatchStream):
                 {},
                 {},
             )
-        self.cursors = [
-            RowCursor.from_list(state["rows"][g], len(self.corpora)) for g in self.local_rows
-        ]
+        self.cursors = [self.cursor_of(state, g) for g in self.local_rows]
         self.announced = {
             (i, e) for c in self.cursors for i, last in enumerate(c.epochs) for e in range(last + 1)
         }
+
+    def cursor_of(self, state: dict, row: int) -> RowCursor:
+        """Global row ``row``'s cursor in ``state``; a version 1 state (rows drawn by hash:
+        the document index, epochs, offsets) goes on in the document each row stands in, then
+        by the schedule, counting what the row read."""
+        values, k = state["rows"][row], len(self.corpora)
+        if state.get("version", 1) >= 2:
+            return RowCursor.from_list(values, k)
+        document, epochs, offsets = values[0], values[1 : 1 + k], values[1 + k :]
+        corpus = self.schedule.corpus_at(state["seed"], row, document)
+        counts = [e * share + o for e, o, share in zip(epochs, offsets, self.shares)]
+        return RowCursor(corpus, list(epochs), list(offsets), counts, [0] * k)
+
+    def too_short(self, steps: int) -> str | None:
+        """A warning when ``steps`` batches are too few for the weights to be realized (None
+        when enough): fewer tokens per row than three mean documents of the longest ones."""
+        settling, corpus = self.schedule.settling_tokens()
+        planned = steps * self.tgt_len
+        if planned >= settling:
+            return None
+        mean = self.schedule.mean_tokens[corpus]
+        return (
+            f"data.mix: {planned:,} tokens per row planned ({steps} steps x tgt_len "
+            f"{self.tgt_len}) are fewer than {settling:,}, three mean documents of corpus "
+            f"{self.names[corpus]} ({mean:,.0f} tokens each): the realized shares can stray "
+            "from the weights by several points (docs/own-corpora.md); train longer to hold them"
+        )
 
     def mix_tokens(self) -> dict[str, int]:
         """Tokens drawn so far from each corpus by all global rows (a collective, as
@@ -174,11 +207,8 @@ class MixedStreams(BatchStream):
 
     def tokens_drawn(self, rows: list[list[int]]) -> dict[str, int]:
         """Tokens the rows with cursors ``rows`` read from each corpus so far."""
-        cursors = [RowCursor.from_list(r, len(self.corpora)) for r in rows]
-        return {
-            c.name: sum(r.epochs[i] * c.share + r.offsets[i] for r in cursors)
-            for i, c in enumerate(self.corpora)
-        }
+        read = [RowCursor.from_list(r, len(self.corpora)).read(self.shares) for r in rows]
+        return {name: sum(r[i] for r in read) for i, name in enumerate(self.names)}
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self.close()

@@ -115,6 +115,18 @@ class CorpusShares:
             j += 1
         return cap, False
 
+    def document_start(self, epoch: int, floor: int, position: int) -> int:
+        """Where the document at ``position`` begins: the last document end at or before it,
+        or ``floor`` if none is at or after ``floor`` (loads the samples between)."""
+        self.load(epoch, floor, position + 1)
+        order, begins = self.epoch_order(epoch), floor
+        for j, _, _ in self.positions(order, floor, position + 1):
+            ends = order.starts[j] + self.samples[(epoch, j)][1]
+            inside = ends[(ends > floor) & (ends <= position)]
+            if len(inside):
+                begins = int(inside[-1])
+        return begins
+
     def tokens(self, epoch: int, start: int, stop: int) -> np.ndarray:
         """Virtual tokens [start, stop) of ``epoch`` (their samples loaded)."""
         order = self.epoch_order(epoch)

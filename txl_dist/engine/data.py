@@ -4,6 +4,8 @@ tokenizer, which every checkpoint carries."""
 
 from __future__ import annotations
 
+import logging
+
 from data_pipeline import (
     TOKENIZER_FILE,
     BatchStream,
@@ -18,6 +20,8 @@ from data_pipeline import (
 )
 from txl_dist.config.sections import RunConfig
 from txl_dist.process.dist import World
+
+log = logging.getLogger(__name__)
 
 
 def open_streams(
@@ -52,7 +56,7 @@ def open_training_streams(config: RunConfig, world: World, rows: int) -> BatchSt
     data = config.data
     if data.mix is None:
         return open_streams(config, world, data.train_split, tail=False, rows=rows)
-    return MixedStreams(
+    streams = MixedStreams(
         [MixSource(c.name, manifest_url(c.path, data.train_split), c.weight) for c in data.mix],
         rows_per_rank=rows,
         tgt_len=config.model.tgt_len,
@@ -63,6 +67,10 @@ def open_training_streams(config: RunConfig, world: World, rows: int) -> BatchSt
         order=data.order,
         expected_vocab_size=config.model.n_token,
     )
+    warning = streams.too_short(config.train.max_steps)
+    if warning and world.is_main:
+        log.warning(warning)
+    return streams
 
 
 def training_tokenizer(config: RunConfig, streams: BatchStream) -> Subword | None:

@@ -1,0 +1,125 @@
+"""How close a mix's realized token shares stay to its weights, step by step, over seeds.
+
+    python bench/mix_shares.py [--data ../shared/data] [--out runs/bench-mix]
+                               [--weight 0.7] [--rows 8] [--tgt-len 64] [--steps 300]
+                               [--seeds 32] [--at 1 20 100 200 300]
+
+The mix (made under --out from the shared data, once): ``long``, WikiText-103's articles
+(about 5,600 tokens each, heavy-tailed: a tenth under 1,200, a tenth over 12,600) with a
+byte-level BPE of 2,000 trained on them, and ``short``, One Billion Word's sentences, 18 to a
+document (about 900 tokens), with that tokenizer, mixed --weight / 1 - --weight. The stream
+alone (no model) is read for --steps batches of --rows rows x --tgt-len tokens (the tiny
+config's 8 x 64 by default) for each of --seeds seeds. Printed: at each --at step, the long
+corpus's share of the tokens drawn so far, its mean over the seeds and over each group of 8
+seeds, its spread (standard deviation, lowest, highest); then from the step where every row has
+read three mean long documents on, how many seeds stay within 3 points of the weight at every
+step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+from pathlib import Path
+
+from data_pipeline import load_manifest, manifest_url, prepare
+from data_pipeline.streams import MixedStreams, MixSource
+
+LAYOUT = {"sample_size": 5_000, "shard_size": 50_000, "progress": False}
+SENTENCES_PER_DOCUMENT = 18
+
+
+def articles(path: Path) -> list[str]:
+    """A WikiText file's articles, each one document (from its title line to the next)."""
+    found: list[list[str]] = []
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        if line.startswith(" = ") and not line.startswith(" = = "):
+            found.append([])
+        if found:
+            found[-1].append(line)
+    return ["".join(lines) for lines in found]
+
+
+def news_documents(path: Path) -> list[str]:
+    """One Billion Word's sentences, SENTENCES_PER_DOCUMENT to a document."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    n = SENTENCES_PER_DOCUMENT
+    return ["".join(lines[k : k + n]) for k in range(0, len(lines), n)]
+
+
+def write_jsonl(path: Path, documents: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents), encoding="utf-8")
+
+
+def long_and_short(data: Path, out: Path) -> dict[str, Path]:
+    """The prepared corpora ``long`` and ``short`` under ``out`` (made if missing)."""
+    roots = {name: out / name for name in ("long", "short")}
+    if all((root / "train" / "manifest.json").exists() for root in roots.values()):
+        return roots
+    sources = {
+        "long": articles(data / "wikitext-103" / "wiki.train.tokens"),
+        "short": news_documents(data / "one-billion-word" / "news.en.heldout-00000-of-00050.part1"),
+    }
+    for name, documents in sources.items():
+        write_jsonl(out / "src" / name / "train" / "docs.jsonl", documents)
+    tokenizers = {"long": "bpe:2000", "short": str(roots["long"] / "tokenizer.json")}
+    for name, tokenizer in tokenizers.items():
+        prepare("jsonl", str(roots[name]), str(out / "src" / name), tokenizer=tokenizer, **LAYOUT)
+    return roots
+
+
+def mix_of(roots: dict[str, Path], weight: float) -> list[MixSource]:
+    """``long`` at ``weight``, ``short`` at the rest."""
+    weights = {"long": weight, "short": 1 - weight}
+    return [MixSource(n, manifest_url(str(roots[n]), "train"), weights[n]) for n in roots]
+
+
+def long_shares(stream: MixedStreams, steps: int) -> list[float]:
+    """The long corpus's share of the tokens drawn after each of ``steps`` batches."""
+    shares = []
+    for _ in itertools.islice(stream, steps):
+        drawn = stream.mix_tokens()
+        shares.append(drawn["long"] / sum(drawn.values()))
+    return shares
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--out", type=Path, default=Path("runs/bench-mix"))
+    parser.add_argument("--weight", type=float, default=0.7)
+    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--tgt-len", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--seeds", type=int, default=32)
+    parser.add_argument("--at", type=int, nargs="+", default=[1, 20, 100, 200, 300])
+    args = parser.parse_args()
+    mix = mix_of(long_and_short(args.data, args.out), args.weight)
+    manifest = load_manifest(mix[0].url)
+    mean_long = manifest.tokens / manifest.documents
+    runs = [
+        long_shares(MixedStreams(mix, args.rows, args.tgt_len, seed=s), args.steps)
+        for s in range(args.seeds)
+    ]
+    print(f"long {args.weight} / short {1 - args.weight:.1f}; {args.rows} rows x {args.tgt_len}")
+    print(f"mean long document {mean_long:,.0f} tokens; {args.seeds} seeds")
+    for step in (s for s in args.at if s <= args.steps):
+        shares = [run[step - 1] for run in runs]
+        groups = [statistics.mean(shares[k : k + 8]) for k in range(0, len(shares), 8)]
+        print(
+            f"step {step:4d}: mean {statistics.mean(shares):.3f} | means of 8 seeds "
+            + " ".join(f"{g:.3f}" for g in groups)
+            + f" | sd {statistics.pstdev(shares):.3f} min {min(shares):.3f} max {max(shares):.3f}"
+        )
+    settled = math.ceil(3 * mean_long / args.tgt_len)
+    if settled <= args.steps:
+        held = sum(all(abs(s - args.weight) < 0.03 for s in run[settled - 1 :]) for run in runs)
+        print(f"within 3 points at every step from {settled} on: {held} of {args.seeds} seeds")
+
+
+if __name__ == "__main__":
+    main()
