@@ -18,8 +18,7 @@ then reads its first corpus from a seeded offset in the first few mean documents
 it starts mid-document, in a document drawn by length as a random token's would be, and the
 schedule counts that document from its start, on the walk's counts where its document began, as
 a row that had been running would. The expected share of every corpus is then its weight at
-every step (as in a stationary process; checked by simulation with WikiText-103's article
-lengths, docs/own-corpora.md).
+every step, as in a stationary process (measured by bench/mix_shares.py, docs/own-corpora.md).
 """
 
 from __future__ import annotations
