@@ -278,6 +278,26 @@ def kept_but_line_150(sentences: list[str]) -> list[str]:
     return sentences[:149] + sentences[150:300]
 
 
+@pytest.mark.parametrize("skip", [[], ["--skip-bad-records"]], ids=["stop", "skip"])
+@pytest.mark.parametrize("name", ["news.jsonl", "news.jsonl.gz"])
+def test_a_misnamed_text_field_names_the_fields_the_records_have(
+    tmp_path, lm1b_sentences, capsys, skip, name
+):
+    # Not one record has the field: --skip-bad-records would leave out every one.
+    write_jsonl(tmp_path / "src" / "train" / name, lm1b_sentences[:300], field="body")
+    options = ["--dataset", "jsonl", "--tokenizer", "bpe:300"]
+    out = tmp_path / "out"
+    assert run_prepare(tmp_path / "src", out, *options, *skip) == 2
+    error = one_line_error(capsys)
+    assert (
+        f"records in file://{tmp_path / 'src' / 'train' / name} (lines 1-300) have no field "
+        "'text' (their fields: 'body', 'id'); pass --text-field NAME\n"
+    ) in error
+    assert "--skip-bad-records" not in error
+    assert not out.exists()
+    assert run_prepare(tmp_path / "src", out, *options, *skip, "--text-field", "body") == 0
+
+
 @pytest.mark.parametrize("name", ["news.jsonl", "news.jsonl.gz", "news.jsonl.zst"])
 def test_a_record_over_the_cap_is_named_or_counted_never_held(
     tmp_path, lm1b_sentences, tokenizer_file, monkeypatch, capsys, caplog, name
