@@ -6,18 +6,21 @@ without a GPU lacks (GPUs, a SLURM cluster, several nodes, internet, an S3 bucke
 
 Each runnable block runs in a fresh `bash -euo pipefail`, the README's first, then each docs page's
 in the order the README links them (a page may use what an earlier one made), in a temporary
-directory laid out like a checkout: links to the repository's launch/, configs/ and bench/, and
-to the environment under test as .venv, with ../shared/data/wikitext-103 holding the shared
-train prefix (a link) and the first VALID_BYTES of valid, so evaluations take seconds. Nothing
-of the test's own environment is on PATH: the blocks after the README's `source
+directory laid out like a checkout. The README's Commands table runs too, top to bottom, in a
+second such checkout holding what the README's blocks made (the Quick start's runs/): each row's
+example whose page runs it, so a row reads only what the Quick start or an earlier row made.
+A checkout has links to the repository's launch/, configs/ and bench/, and to the environment
+under test as .venv, with ../shared/data/wikitext-103 holding the shared train prefix (a link)
+and the first VALID_BYTES of valid, so evaluations take seconds. Nothing of the test's own
+environment is on PATH: the blocks after the README's `source
 .venv/bin/activate` block start with that line, as the README asks of every new shell. What the
 test changes, and nothing else:
 - TXL_SET (the documented overrides from the environment) cuts every training run to a few
   steps;
 - `bash launch/install.sh` runs as `true`: CI has just run it on this checkout, and in the
   temporary layout it would re-point the environment's editable install there.
-Afterwards `git status` of the temporary checkout (with the repository's .gitignore) and of the
-repository shows nothing new: the blocks write only under runs/.
+Afterwards `git status` of the temporary checkouts (with the repository's .gitignore) and of
+the repository shows nothing new: the blocks write only under runs/.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -160,20 +164,49 @@ def test_blocks_are_marked_only_for_what_a_cpu_box_lacks_and_hold_no_placeholder
     assert INSTALL in runnable[0].text and runnable[1].text.strip() == ACTIVATE
 
 
-def one_line_commands(markdown: str) -> str:
-    """The ```bash blocks' commands, continuation lines joined, runs of spaces made one."""
-    text = "\n".join(block.text for block in bash_blocks(markdown)).replace("\\\n", " ")
+def one_line_commands(blocks: list[Block]) -> str:
+    """The blocks' commands, continuation lines joined, runs of spaces made one."""
+    text = "\n".join(block.text for block in blocks).replace("\\\n", " ")
     return re.sub(r"[ \t]+", " ", text)
 
 
+def table_rows(readme: Path = README) -> list[tuple[str, str]]:
+    """(docs page, example) of each row of the README's Commands table, in order."""
+    section = readme.read_text().partition("## Commands")[2].partition("\n## ")[0]
+    return re.findall(r"^\| \[[^]]*\]\(docs/([\w.-]+\.md)[^)]*\)[^|]*\| `(.+)` \|$", section, re.M)
+
+
+def runnable_examples(readme: Path = README, docs: Path = DOCS) -> list[str]:
+    """The Commands table's examples, in order, that a runnable block of their page holds."""
+    return [
+        example
+        for page, example in table_rows(readme)
+        if example
+        in one_line_commands([b for b in bash_blocks((docs / page).read_text()) if b.runnable])
+    ]
+
+
 def test_readme_command_examples_run_in_the_pages_they_link():
-    section = README.read_text().partition("## Commands")[2].partition("\n## ")[0]
-    rows = re.findall(r"^\| \[[^]]*\]\(docs/([\w.-]+\.md)[^)]*\)[^|]*\| `(.+)` \|$", section, re.M)
+    rows = table_rows()
     assert len(rows) >= 8, f"README.md's Commands table: {len(rows)} examples found"
     for page, example in rows:
-        assert example in one_line_commands((DOCS / page).read_text()), (
+        assert example in one_line_commands(bash_blocks((DOCS / page).read_text())), (
             f"README.md's example `{example}` is in no ```bash block of docs/{page}"
         )
+
+
+def test_the_table_runs_all_but_what_a_cpu_box_lacks(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text(
+        "```bash\nrun one\n```\n```bash\n# not run here: needs GPUs\non a gpu\n```\n"
+    )
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "## Commands\n| [`x`](docs/a.md): x | `run one` |\n| [`y`](docs/a.md#z): y | `on a gpu` |\n"
+    )
+    assert runnable_examples(readme, tmp_path / "docs") == ["run one"]
+    # Those of this README: the table, but for a GPU's training and SLURM.
+    assert len(runnable_examples()) == len(table_rows()) - 2
 
 
 def checkout_layout(root: Path, shared_data: Path) -> Path:
@@ -226,34 +259,47 @@ def as_a_repository(checkout: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def run_block(directory: Path, env: dict, script: str, where: str) -> str:
+    """Run a block's script in a fresh bash in directory (failing the test unless it exits 0);
+    returns how long it took."""
+    start = time.monotonic()
+    try:
+        result = processes.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            timeout=BLOCK_TIMEOUT_S, cwd=directory, env=env, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{where}: over {BLOCK_TIMEOUT_S} s:\n{script}")
+    assert result.returncode == 0, (
+        f"{where}: exit {result.returncode}\n{script}\n"
+        f"--- stdout (end) ---\n{result.stdout[-4000:]}\n--- stderr (end) ---\n"
+        f"{result.stderr[-4000:]}"
+    )
+    return f"{where}: {time.monotonic() - start:.0f} s"
+
+
 @pytest.mark.slow
 def test_documented_commands_run_as_written_and_leave_the_checkout_clean(shared_data, tmp_path):
     if not Path(sys.prefix, "bin", "activate").exists():
         pytest.fail(f"{sys.prefix} is not a virtual environment: run bash launch/install.sh")
     checkout, env = checkout_layout(tmp_path, shared_data), fresh_shell_env()
-    as_a_repository(checkout)
-    before = {checkout: git_status(checkout), REPO_ROOT: git_status(REPO_ROOT)}
+    table = checkout_layout(tmp_path / "table", shared_data)
+    for repository in (checkout, table):
+        as_a_repository(repository)
+    before = {path: git_status(path) for path in (checkout, table, REPO_ROOT)}
     activated, times = False, []
     for page in pages():
         for block in bash_blocks(page.read_text()):
             if not block.runnable:
                 continue
             script = (ACTIVATE + "\n" if activated else "") + block.text.replace(INSTALL, "true")
-            start = time.monotonic()
-            try:
-                result = processes.run(
-                    ["bash", "-euo", "pipefail", "-c", script],
-                    timeout=BLOCK_TIMEOUT_S, cwd=checkout, env=env, stdin=subprocess.DEVNULL,
-                )  # fmt: skip
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"{where(page, block)}: over {BLOCK_TIMEOUT_S} s:\n{script}")
-            times.append(f"{where(page, block)}: {time.monotonic() - start:.0f} s")
-            assert result.returncode == 0, (
-                f"{where(page, block)}: exit {result.returncode}\n{script}\n"
-                f"--- stdout (end) ---\n{result.stdout[-4000:]}\n--- stderr (end) ---\n"
-                f"{result.stderr[-4000:]}"
-            )
+            times.append(run_block(checkout, env, script, where(page, block)))
             activated = activated or block.text.strip() == ACTIVATE
+        if page == README:  # the table, top to bottom, after the Quick start
+            shutil.copytree(checkout / "runs", table / "runs", symlinks=True)
+            for example in runnable_examples():
+                where_ = f"README.md's Commands table, `{example}`"
+                times.append(run_block(table, env, f"{ACTIVATE}\n{example}\n", where_))
     print("blocks:", ", ".join(times))
     # TXL_SET reached every training command (else each would have trained its full length).
     for run in TRAINED:

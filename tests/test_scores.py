@@ -10,8 +10,9 @@ from txl_dist.scores import format_score, score, score_of
 def test_char_level_loss_reads_as_bits_per_character_and_word_level_as_perplexity():
     assert score(math.log(2) * 1.25, "char") == {"bpc": pytest.approx(1.25)}
     assert score(math.log(30.0), "word") == {"ppl": pytest.approx(30.0)}
+    assert score(math.log(30.0), "subword") == {"ppl": pytest.approx(30.0)}
     assert score(800.0, "word") == {"ppl": math.inf}  # a diverged run, not an OverflowError
-    with pytest.raises(ValueError, match="data level 'byte' is not one of word, char"):
+    with pytest.raises(ValueError, match="data level 'byte' is not one of word, subword, char"):
         score(1.0, "byte")
 
 

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import math
 
-SCORE_OF_LEVEL = {"word": "ppl", "char": "bpc"}
-"""The score each data level reports beside the loss."""
+SCORE_OF_LEVEL = {"word": "ppl", "subword": "ppl", "char": "bpc"}
+"""The score each data level reports beside the loss. Manifests and checkpoints name two levels,
+char and word (any data scored in perplexity); txl-eval names data a tokenizer.json reads
+subword, so a perplexity per subword token is not taken for one per word."""
+
+TOKEN_OF_LEVEL = {"word": "word", "subword": "subword token", "char": "character"}
+"""What a token is at each level: what a loss and a perplexity are per."""
 
 LABELS = {"ppl": "perplexity", "bpc": "bits per character"}
 """Long names of the scores, for plot titles."""

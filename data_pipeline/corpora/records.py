@@ -15,6 +15,11 @@ too deeply nested, holding a lone surrogate, or a pre-token too long for the tok
 (limits.PRE_TOKEN_BYTES). A compressed file that decompresses, or a Parquet row group whose text
 decodes, to more than limits.DECOMPRESSED_BYTES is refused whole (before reading, where Parquet's
 metadata says so).
+
+A file whose first records (its first piece, or batch of a compressed file) all lack the field
+is refused whole, skipping or not, naming the fields they have: the field is misnamed, so
+leaving out record after record would only end in a corpus without text (as a Parquet file
+without the column is refused).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import functools
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -74,6 +79,8 @@ class Place:
     first: Callable[[], int] = lambda: 1
     """The number in the file of the piece's first record (asked only for an error: a plain
     file's lines before the piece are counted then)."""
+    at_start: bool = True
+    """Whether the piece starts at the file's first byte (its record 1 is the file's)."""
 
     def name(self, number: int) -> str:
         """``FILE: line N`` for the piece's ``number``-th record."""
@@ -110,9 +117,15 @@ class Texts:
         """The documents of numbered records (JSON lines as bytes, Parquet values or
         OVERSIZED), each with its number, and how many malformed ones were left out."""
         batch = Batch(place, [], [], 0)
+        opens_file = place.at_start and bool(records) and records[0][0] == 1
         for number, record in records:
             try:
                 text = self.text_of(record)
+            except MissingField as err:
+                if opens_file:  # once: the file's first records, all of them, say
+                    self.check_field_named(records, place)
+                    opens_file = False
+                batch.bad += self.refused(place, number, str(err))
             except ValueError as err:
                 batch.bad += self.refused(place, number, str(err))
             else:
@@ -128,6 +141,25 @@ class Texts:
                 f"{place.name(number)}: {why}; fix it or pass --skip-bad-records"
             )
         return 1
+
+    def check_field_named(self, records: Numbered, place: Place) -> None:
+        """Refuse a file whose first records (JSON lines) have no text field at all: a wrong
+        --text-field, which --skip-bad-records would only turn into a corpus without text."""
+        names: dict[str, None] = {}  # the fields they have, in order
+        for _, record in records:
+            try:
+                value = json.loads(record)
+            except (TypeError, ValueError, RecursionError):  # not a JSON line: no say
+                continue
+            if isinstance(value, dict):
+                if self.text_field in value:
+                    return
+                names.update(dict.fromkeys(value))
+        last = records[-1][0]
+        raise CorpusFormatError(
+            f"records in {place.url} (lines 1-{last}) have no field {self.text_field!r} "
+            f"(their fields: {shown(list(names))}); pass --text-field NAME"
+        )
 
     def text_of(self, record: bytes | object) -> str | None:
         """A record's document text; None for a blank JSON line (ValueError: malformed)."""
@@ -154,13 +186,28 @@ class Texts:
         if not isinstance(record, dict):
             raise ValueError(f"a JSON {type(record).__name__}, not an object")
         if self.text_field not in record:
-            raise ValueError(f"no field {self.text_field!r} (set --text-field)")
+            raise MissingField(f"no field {self.text_field!r} (its fields: {shown(list(record))})")
         return record[self.text_field]
 
 
+class MissingField(ValueError):
+    """A JSON object without the text field."""
+
+
+FIELDS_SHOWN = 10  # a record may have thousands: a line names the first few
+
+
+def shown(names: list[str]) -> str:
+    """Field names from a file, as repr writes them (escaped), the first FIELDS_SHOWN."""
+    if not names:
+        return "none"
+    more = ", ..." if len(names) > FIELDS_SHOWN else ""
+    return ", ".join(map(repr, names[:FIELDS_SHOWN])) + more
+
+
 # (number, record): a JSON line (bytes), a Parquet value or OVERSIZED, numbered from 1 in its
-# piece.
-Numbered = Iterable[tuple[int, object]]
+# piece (a plain file's) or its file.
+Numbered = Sequence[tuple[int, object]]
 
 
 @dataclass(frozen=True)
@@ -176,7 +223,7 @@ class RecordDocuments(Documents):
 
     def place(self, url: str, start: int, end: int, options: dict) -> Place:
         """Where the piece at ``start`` is (its records numbered from the file's start)."""
-        return Place(url, self.numbered)
+        return Place(url, self.numbered, at_start=start == 0)
 
     def texts(self, url: str, start: int, stop: int, end: int, options: dict) -> Iterator[Batch]:
         """The documents of each batch of a piece's records."""
@@ -307,7 +354,7 @@ class JsonLines(RecordDocuments):
             fs, path = fsspec.core.url_to_fs(url, **options)
             return lines_before(fs, path, url, next_line_start(fs, path, url, start, end)) + 1
 
-        return Place(url, self.numbered, first)
+        return Place(url, self.numbered, first, at_start=start == 0)
 
 
 def lines_before(fs, path: str, url: str, offset: int) -> int:

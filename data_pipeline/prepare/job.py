@@ -41,6 +41,7 @@ from data_pipeline.prepare.plan import Plan
 from data_pipeline.prepare.settings import Settings
 from data_pipeline.prepare.units import part_units
 from data_pipeline.prepare.vocabulary import Vocabularies
+from data_pipeline.shards.errors import DataError, SourceUnreachableError
 from data_pipeline.shards.format import Manifest
 
 
@@ -76,7 +77,24 @@ class Job:
         """All of it in this process; returns each split's manifest. This is the whole-corpus
         part followed by the merge (twice when the vocabulary is built: count, build, then
         encode, write manifests), exactly what ``--part I/N`` jobs and ``--merge`` do on a
-        cluster."""
+        cluster.
+
+        A run refused for its input (a DataError) leaves an output root it found absent or
+        empty as it found it: the input or options must change, and with them the
+        fingerprints, so nothing it wrote could be reused, only mistaken for a prepared
+        dataset. An unreachable source or an interruption keeps what is done: the same command
+        goes on from it."""
+        undo = self.plan.output_undo()
+        try:
+            return self.steps()
+        except SourceUnreachableError:
+            raise
+        except DataError:
+            undo()
+            raise
+
+    def steps(self) -> dict[str, Manifest]:
+        """run()'s steps."""
         self.run_part(0, 1)
         manifests = self.merge()
         if manifests is None:  # the vocabulary was built from the counts: now encode with it

@@ -8,7 +8,8 @@ import contextlib
 import hashlib
 import itertools
 import json
-from collections.abc import Iterator
+import posixpath
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 
 import fsspec
@@ -92,6 +93,20 @@ class Plan:
                 **options,
             }
         )
+
+    def output_undo(self) -> Callable[[], None]:
+        """What removes everything written under the output root from now on, if the root is
+        absent (with the folders above it made for it) or empty now; else nothing, as it holds
+        an earlier run's work (a prepared dataset, or units a rerun goes on from)."""
+        fs, path = self.fs, self.out_path
+        if fs.exists(path):
+            if fs.ls(path, detail=False):
+                return lambda: None
+            return lambda: [fs.rm(p, recursive=True) for p in fs.ls(path, detail=False)]
+        top = path
+        while (parent := posixpath.dirname(top)) != top and not fs.exists(parent):
+            top = parent
+        return lambda: fs.rm(top, recursive=True) if fs.exists(top) else None
 
     def vocab_units(self) -> list[Unit]:
         """The units of the splits the vocabulary is built from, in corpus order."""

@@ -14,12 +14,14 @@ import torch
 
 from data_pipeline import load_manifest, manifest_url, prepare
 from data_pipeline.cli import main as prepare_main
-from data_pipeline.corpora.subword import Subword
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.shards.errors import DataError
 from data_pipeline.streams.geometry import IGNORE_INDEX
 from data_pipeline.streams.text_batches import TextBatches
 from data_pipeline.vocab import EOS, Vocab
 from tests.data_pipeline.paper_inputs import write_zip
+from tests.exports.test_loading import DOCS as SUBWORD_DOCS
+from tests.exports.test_loading import bpe, export
 from txl_dist.cli import USAGE_ERROR
 from txl_dist.cli.evaluate import EvalReport, check_data_vocab, main, render
 from txl_dist.exports.context import SweepRow, effective_context, read_csv, recl
@@ -86,6 +88,30 @@ def test_raw_text_scores_like_its_prepared_split(capsys, corpus, model_dir, rows
     assert text["settings"]["unknown_words"] > 0
     assert data["ppl"] == pytest.approx(torch.tensor(data["loss"]).exp().item())
     assert data["level"] == text["level"] == "word" and data["bpc"] is None
+    assert f"ppl {text['ppl']:.3f} per word  (" in render(EvalReport(**text), as_json=False)
+
+
+def test_a_subword_export_is_scored_per_subword_token(capsys, tmp_path):
+    # A BPE export; its text as a file, and as a JSONL corpus prepared with its tokenizer.
+    model_dir = export(tmp_path / "export", bpe(300, SUBWORD_DOCS), 300)
+    (tmp_path / "text.txt").write_text("".join(SUBWORD_DOCS[:40]))
+    (tmp_path / "src").mkdir()
+    records = "".join(json.dumps({"text": d}) + "\n" for d in SUBWORD_DOCS[:40])
+    (tmp_path / "src" / "valid.jsonl").write_text(records)
+    tokenizer = str(tmp_path / "export" / TOKENIZER_FILE)
+    argv = ["--dataset", "jsonl", "--source", str(tmp_path / "src"), "--tokenizer", tokenizer]
+    assert prepare_main([*argv, "--out", str(tmp_path / "data"), "--no-progress"]) == 0
+    capsys.readouterr()  # txl-prepare's summary
+    for source in (
+        ["--text", tmp_path / "text.txt"],
+        ["--data", tmp_path / "data", "--split", "valid"],
+    ):
+        args = ["--model", model_dir, *source, "--batch-size", "1"]
+        report = txl_eval(capsys, *args)
+        assert (report["level"], report["bpc"]) == ("subword", None), source
+        assert main([*map(str, args), "--no-progress"]) == 0
+        shown = capsys.readouterr().out
+        assert f"ppl {report['ppl']:.3f} per subword token  ({report['tokens']} tokens" in shown
 
 
 def test_char_level_data_is_scored_in_bits_per_character(capsys, tmp_path):

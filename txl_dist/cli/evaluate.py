@@ -16,7 +16,9 @@ evaluation rows and precision (the export's data.json), so it reproduces the eng
 evaluation. A text file is tokenized as WikiText: whitespace-split lines, each followed by
 <eos>, unknown words as the unknown token; for a model of subword data, by its export's
 tokenizer.json, the whole file as one document.
-Character-level data (the manifest's level) is reported in bits per character (loss / ln 2).
+Character-level data (the manifest's level) is reported in bits per character (loss / ln 2),
+other data in perplexity per word, or per subword token where the export has a tokenizer.json
+(the report's level: char, word or subword).
 
 A sweep (--sweep-mem-len or --sweep-clamp-len) scores every length in one run, reading the
 data once, and reports each model's effective context and, for several --model, their RECL.
@@ -55,6 +57,7 @@ from txl_dist.exports.loading import (
     DTYPES,
     EVAL_ROWS,
     export_evaluation,
+    export_level,
     export_vocabulary,
     load_for_evaluation,
 )
@@ -68,7 +71,7 @@ from txl_dist.exports.text import read_text
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
 from txl_dist.process.dist import World, end_distributed, init_distributed, world_from_env
-from txl_dist.scores import format_score, score
+from txl_dist.scores import TOKEN_OF_LEVEL, format_score, score
 
 
 @dataclass
@@ -78,7 +81,7 @@ class EvalReport:
     source: str
     """The split's manifest URL or the text file."""
     level: str
-    """The data's level (the manifest's, or for --text the export's): char or word."""
+    """The data's level: char, word, or subword (data of the export's tokenizer.json)."""
     loss: float
     """Mean NLL per scored token (nats)."""
     ppl: float | None
@@ -270,7 +273,7 @@ def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
     if args.text:
         ids, unknown = read_text(args.text, args.model[0])
         batches = TextBatches(ids, rows, tgt_len, world.rank, world.world_size)
-        return args.text, batches, unknown, "word"
+        return args.text, batches, unknown, export_level(args.model[0])
     url = args.data if args.data.endswith(".json") else manifest_url(args.data, args.split)
     for path in args.model:
         check_data_vocab(url, export_vocabulary(path), path)
@@ -278,7 +281,10 @@ def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
         url, rows_per_rank=rows // world.world_size, tgt_len=tgt_len, rank=world.rank,
         world_size=world.world_size, tail=True, expected_vocab_size=model.config.n_token,
     )  # fmt: skip
-    return url, streams, None, streams.manifest.level
+    # A manifest names subword data word-level (both score in perplexity): the export's
+    # tokenizer.json, checked above to be the data's, tells them apart.
+    subword = export_level(args.model[0]) == "subword"
+    return url, streams, None, "subword" if subword else streams.manifest.level
 
 
 def run(args: argparse.Namespace, world: World, device: torch.device) -> EvalReport:
@@ -384,6 +390,8 @@ def render(output: EvalReport | SweepResult, as_json: bool) -> str:
         return json.dumps(asdict(output))
     scores = {k: v for k, v in (("ppl", output.ppl), ("bpc", output.bpc)) if v is not None}
     shown = format_score(scores, digits=3 if output.ppl is not None else 4)
+    if output.ppl is not None:  # bits per character say their unit
+        shown += f" per {TOKEN_OF_LEVEL[output.level]}"
     return (
         f"{output.source}: loss {output.loss:.4f}  {shown}  "
         f"({output.tokens} tokens, {output.tokens_per_s:,.0f} tokens/s)"

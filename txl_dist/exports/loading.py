@@ -39,7 +39,10 @@ def export_data(model_dir: str) -> dict:
 
 
 def export_level(model_dir: str) -> str:
-    """The level of the export's training data (data.json); word for an export without one."""
+    """The level of the export's training data: subword where the export carries a
+    tokenizer.json, else data.json's (char or word; word for an export without one)."""
+    if os.path.exists(os.path.join(model_dir, TOKENIZER_FILE)):
+        return "subword"
     level = export_data(model_dir).get("level", "word")
     if level not in SCORE_OF_LEVEL:
         path = os.path.join(model_dir, DATA_FILE)

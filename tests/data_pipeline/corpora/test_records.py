@@ -278,6 +278,46 @@ def kept_but_line_150(sentences: list[str]) -> list[str]:
     return sentences[:149] + sentences[150:300]
 
 
+@pytest.mark.parametrize("skip", [[], ["--skip-bad-records"]], ids=["stop", "skip"])
+@pytest.mark.parametrize("name", ["news.jsonl", "news.jsonl.gz"])
+def test_a_misnamed_text_field_names_the_fields_the_records_have(
+    tmp_path, lm1b_sentences, capsys, skip, name
+):
+    # Not one record has the field: --skip-bad-records would leave out every one.
+    write_jsonl(tmp_path / "src" / "train" / name, lm1b_sentences[:300], field="body")
+    options = ["--dataset", "jsonl", "--tokenizer", "bpe:300"]
+    out = tmp_path / "out"
+    assert run_prepare(tmp_path / "src", out, *options, *skip) == 2
+    error = one_line_error(capsys)
+    assert (
+        f"records in file://{tmp_path / 'src' / 'train' / name} (lines 1-300) have no field "
+        "'text' (their fields: 'body', 'id'); pass --text-field NAME\n"
+    ) in error
+    assert "--skip-bad-records" not in error
+    assert not out.exists()
+    assert run_prepare(tmp_path / "src", out, *options, *skip, "--text-field", "body") == 0
+
+
+@pytest.mark.parametrize("before", ["absent", "empty"])
+def test_a_refused_run_leaves_the_output_as_it_found_it(tmp_path, lm1b_sentences, capsys, before):
+    # The tokenizer and train's shards are written before valid's line 50 stops the run.
+    write_jsonl(tmp_path / "src" / "train" / "news.jsonl", lm1b_sentences[:300])
+    valid = tmp_path / "src" / "valid" / "news.jsonl"
+    write_jsonl(valid, lm1b_sentences[300:400])
+    lines = valid.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[49] = '{"text": 3}\n'
+    valid.write_text("".join(lines), encoding="utf-8")
+    out = tmp_path / "runs" / "data" / "own"
+    if before == "empty":
+        out.mkdir(parents=True)
+    assert run_prepare(tmp_path / "src", out, "--dataset", "jsonl", "--tokenizer", "bpe:300") == 2
+    assert "valid/news.jsonl: line 50: field 'text' is int, not text" in one_line_error(capsys)
+    if before == "absent":  # nor the folders made for it
+        assert not (tmp_path / "runs").exists()
+    else:
+        assert list(out.iterdir()) == []
+
+
 @pytest.mark.parametrize("name", ["news.jsonl", "news.jsonl.gz", "news.jsonl.zst"])
 def test_a_record_over_the_cap_is_named_or_counted_never_held(
     tmp_path, lm1b_sentences, tokenizer_file, monkeypatch, capsys, caplog, name
