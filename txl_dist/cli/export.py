@@ -123,7 +123,7 @@ def export(
 
     try:  # written beside OUT_DIR and renamed into place: never two exports' files in one
         if format == "hf":
-            hf_export.save_hf(model, out_dir, write_extra, ckpt.point.client.level)
+            hf_export.save_hf(model, out_dir, write_extra)
         else:
             model.save_pretrained(out_dir, format=format, write_extra=write_extra)
     except FileExistsError as err:
