@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.vocab import Vocab
 from tests.cli.test_generate import char_model_dir
 from tests.data_pipeline import paper_inputs as pi
+from tests.data_pipeline.corpora.test_subword import renamed_end_token
 from txl_dist.cli import generate as txl_generate
 from txl_dist.exports.generation import Sampling, generate
 from txl_dist.exports.loading import DATA_FILE
@@ -159,10 +161,14 @@ def test_pipeline_generates_what_txl_generate_does_and_stops_at_the_end_token(
     assert got[0]["generated_text"].split() == [w for w in WORDS.decode(ended) if w != "<unk>"]
 
 
+@pytest.mark.parametrize("end", ["<|endoftext|>", "<|doc_end|>"])
 def test_a_subword_export_names_its_end_of_text_token_and_generate_stops_at_it(
-    tmp_path, monkeypatch
+    end, tmp_path, monkeypatch
 ):
+    """The end token is the one data.json names (txl-export records the data's, of any name:
+    txl-prepare --eos-token); an export without that record takes the tokenizer's own."""
     subword = Subword.train_bpe(300, iter(["the cat sat on the mat\n", "a dog sat\n"] * 20))
+    tokenizer_json = renamed_end_token(subword, end)
     torch.manual_seed(0)
     config = TXLConfig(
         n_token=len(subword), n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, cutoffs=[],
@@ -172,10 +178,16 @@ def test_a_subword_export_names_its_end_of_text_token_and_generate_stops_at_it(
     with torch.no_grad():  # the end-of-text token likely, so greedy draws it in a few steps
         model.crit.out_layers[0].bias[subword.eos_id] = 7.0
     out = tmp_path / "txl-hf"
-    save_hf(model, str(out), lambda d: subword.save(f"{d}/{TOKENIZER_FILE}"))
+
+    def tokenizer_files(directory: str) -> None:
+        (Path(directory) / TOKENIZER_FILE).write_text(tokenizer_json)
+        if end != subword.eos:
+            (Path(directory) / DATA_FILE).write_text(json.dumps({"eos_token": end}))
+
+    save_hf(model, str(out), tokenizer_files)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
-    assert tokenizer.eos_token == tokenizer.bos_token == tokenizer.pad_token == "<|endoftext|>"
+    assert tokenizer.eos_token == tokenizer.bos_token == tokenizer.pad_token == end
     generation = json.loads((out / "generation_config.json").read_text())
     assert generation == {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
     theirs = transformers.AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
