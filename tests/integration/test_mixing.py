@@ -187,7 +187,9 @@ def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_th
         assert words.decode(ids) == library.decode(ids) == line
         assert "".join(words.pieces(ids, prompt="")) == line
 
-    # txl-eval --text scores the tokenizer's ids of the file.
+    # txl-eval --text scores the tokenizer's ids of the file, as one document: after the
+    # end-of-text token, every token of it.
+    eos = library.token_to_id(END)
     text_file = tmp_path / "valid.txt"
     text_file.write_text(text, encoding="utf-8")
     args = ["--model", str(model_dir), "--text", str(text_file)]
@@ -195,7 +197,7 @@ def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_th
     assert evaluate.main([*args, "--json", "--no-progress"]) == 0
     ours = json.loads(capsys.readouterr().out)
     model = load_for_evaluation(str(model_dir), torch.device("cpu"))
-    ids = np.asarray(library.encode(text, add_special_tokens=False).ids, np.int64)
+    ids = np.asarray([eos, *library.encode(text, add_special_tokens=False).ids], np.int64)
     batches = TextBatches(ids, 2, model.config.tgt_len)
     expected = score(model, batches, torch.device("cpu"), progress=False)
     assert ours["tokens"] == expected.tokens == len(ids) - 1
@@ -207,7 +209,6 @@ def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_th
     args = ["--model", str(model_dir), "--prompt", prompt, "--max-tokens", "40", "--seed", "1"]
     assert generate.main([*args, "--json"]) == 0
     drawn = json.loads(capsys.readouterr().out)
-    eos = library.token_to_id(END)
     assert drawn["prompt_ids"] == [eos, *library.encode(prompt, add_special_tokens=False).ids]
     assert drawn["stopped"] == ("max_tokens" if len(drawn["ids"]) == 40 else "eos")
     assert eos not in drawn["ids"] and drawn["text"] == library.decode(drawn["ids"])
