@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+from tokenizers import normalizers
 
 from data_pipeline.cache import built_once
 from data_pipeline.shards.errors import CorpusFormatError
@@ -142,6 +143,18 @@ def text8_bytes(token: str) -> bytes:
     return b" " if token == "_" else token.encode()
 
 
+# Module functions, not lambdas: a CharTokenizer goes to txl-prepare's worker processes pickled.
+def enwik8_normalizer() -> normalizers.Normalizer:
+    """Newline bytes dropped, as ``enwik8_tokens`` drops them."""
+    return normalizers.Replace("\n", "")
+
+
+def text8_normalizer() -> normalizers.Normalizer:
+    """The text stripped at both ends, as ``text8_tokens`` strips it (the library strips
+    Unicode whitespace, Python's bytes ASCII whitespace: the same on text8's characters)."""
+    return normalizers.Strip()
+
+
 @dataclass(frozen=True)
 class CharTokenizer:
     """A character-level tokenization and its inverse."""
@@ -150,7 +163,10 @@ class CharTokenizer:
     """(data, its URL for errors) -> distinct tokens in first-appearance order, int32 local ids."""
     token_bytes: Callable[[str], bytes]
     """What a token stands for, the tokenization undone."""
+    normalizer: Callable[[], normalizers.Normalizer]
+    """What ``tokens`` does to a text before its bytes become tokens, as the tokenizers library's
+    normalizer (a Hugging Face export's tokenizer.json, txl_dist/hf/tokenizer_files.py)."""
 
 
-ENWIK8 = CharTokenizer(enwik8_tokens, enwik8_bytes)
-TEXT8 = CharTokenizer(text8_tokens, text8_bytes)
+ENWIK8 = CharTokenizer(enwik8_tokens, enwik8_bytes, enwik8_normalizer)
+TEXT8 = CharTokenizer(text8_tokens, text8_bytes, text8_normalizer)

@@ -19,6 +19,7 @@ and one without any is refused (``require_eos``).
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import os
@@ -85,6 +86,21 @@ class Subword:
     def known_eos(self) -> str | None:
         """The first of EOS_NAMES that is one of the tokenizer's tokens, if any."""
         return next((n for n in EOS_NAMES if self.tokenizer.token_to_id(n) is not None), None)
+
+    def ending_with(self, eos: str | None, where: str) -> Subword:
+        """This tokenizer with ``eos`` as its end-of-document token, as the record ``where``
+        names the one its data was prepared with (a manifest's, a checkpoint's, an export's
+        data.json); None (no record: older data or files) leaves it as it is."""
+        if eos is None:
+            return self
+        if self.tokenizer.token_to_id(eos) is None:
+            raise CorpusFormatError(
+                f"{where} names the end-of-text token {eos!r}, which its {TOKENIZER_FILE} "
+                "lacks: not the tokenizer its data was prepared with; restore that one"
+            )
+        ended = copy.copy(self)
+        ended.eos = eos
+        return ended
 
     @property
     def eos_id(self) -> int | None:

@@ -113,18 +113,19 @@ def test_tokens_with_terminal_escapes_are_printed_escaped(tmp_path, capsys):
 # ---- character-level models ----
 
 
-def char_model_dir(tmp_path, dataset: str, text: bytes):
-    """A random full-softmax model over the characters of ``text``, exported as txl-export
-    writes a character-level model (vocab.txt in txl-prepare's tokens, data.json)."""
+def char_model_dir(tmp_path, dataset: str, text: bytes, **config):
+    """A random full-softmax model over the characters of ``text`` (``config``: TXLConfig
+    fields changed), exported as txl-export writes a character-level model (vocab.txt in
+    txl-prepare's tokens, data.json)."""
     names, _ = DATASETS[dataset].char_tokenizer.tokens(text, "text")
     vocab = Vocab(names)
     torch.manual_seed(0)
-    config = TXLConfig(
+    settings = dict(
         n_token=len(vocab), n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=8,
         mem_len=16, dropout=0.0,
     )  # fmt: skip
     out = tmp_path / dataset
-    TransformerXL(config).save_pretrained(out)
+    TransformerXL(TXLConfig(**settings | config)).save_pretrained(out)
     vocab.save(str(out / "vocab.txt"))
     (out / "data.json").write_text(json.dumps({"dataset": dataset, "level": "char"}))
     return out, vocab

@@ -6,9 +6,14 @@ out as text piece by piece, whole characters only."""
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
+from data_pipeline.shards.errors import DataError
 from data_pipeline.vocab import EOS, UNK_WIKI, Vocab
+from tests.data_pipeline.corpora.test_subword import renamed_end_token
 from txl_dist.exports.generation import INCOMPLETE
 from txl_dist.exports.text import ExportText
 from txl_dist.model.transformer import VOCAB_FILE
@@ -43,6 +48,22 @@ def test_a_tokenizer_json_gives_its_own_ids(tmp_path):
     assert ids.tolist() == expected and unknown == []
     assert text.start == [text.eos] == [subword.eos_id]  # a request starts a document
     assert text.decode(ids.tolist()) == "the dog sat"
+
+
+def test_a_custom_end_token_is_the_one_data_json_names(tmp_path):
+    """Data prepared with --eos-token of any name: the export records it (data.json), and
+    requests and prompts start after it, generation stops at it."""
+    subword = Subword.train_bpe(300, iter(["the cat sat on the mat\n"] * 20))
+    (tmp_path / TOKENIZER_FILE).write_text(renamed_end_token(subword, "<|doc_end|>"))
+    assert ExportText(str(tmp_path)).eos is None  # no record: none of the known names
+    (tmp_path / "data.json").write_text(json.dumps({"eos_token": "<|doc_end|>"}))
+    text = ExportText(str(tmp_path))
+    assert text.start == [text.eos] == [0] and text.subword.eos == "<|doc_end|>"
+    assert text.prompt("the cat").tolist() == [0, *subword.encode("the cat")]
+    (tmp_path / "data.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
+    named = re.escape("data.json names the end-of-text token '<|endoftext|>', which its")
+    with pytest.raises(DataError, match=named):
+        ExportText(str(tmp_path))
 
 
 def test_a_tokenizer_json_without_an_end_of_text_token_starts_after_a_line_break(tmp_path):

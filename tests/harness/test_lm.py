@@ -4,6 +4,7 @@ is txl-generate's; words the vocabulary lacks are said once; one rank only."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from lm_eval.api.instance import Instance
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.vocab import Vocab
 from tests.harness.conftest import reference_loglikelihood
+from txl_dist.cli.evaluate import main as txl_eval
 from txl_dist.cli.generate import main as txl_generate
 from txl_dist.harness import TXLM
 from txl_dist.model import TransformerXL, TXLConfig
@@ -123,3 +125,19 @@ def test_a_subword_document_is_scored_after_its_boundary_and_generation_stops_at
         requests("generate_until", (document, {"max_gen_toks": 300, "do_sample": True})), True
     )
     assert "<|endoftext|>" not in text and len(subword.encode(text)) < 300
+
+
+def test_txl_eval_scores_a_text_file_as_the_harness_scores_a_document(
+    subword_dir, wiki_lines, tmp_path, capsys
+):
+    """txl-eval --text FILE on subword data: one document after the end-of-text token, every
+    token of the file scored (the first too), as a rolling request and a training document."""
+    document = "".join(line + "\n" for line in wiki_lines[:30])  # segments of eval_tgt_len
+    (tmp_path / "doc.txt").write_text(document, encoding="utf-8")
+    argv = ["--model", str(subword_dir), "--text", str(tmp_path / "doc.txt"), "--batch-size", "1"]
+    assert txl_eval([*argv, "--json", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    lm = TXLM(str(subword_dir), batch_size=1, device="cpu")
+    assert report["tokens"] == len(lm.encode(document)) > 2 * lm.model.config.tgt_len
+    (rolling,) = lm.loglikelihood_rolling(requests("loglikelihood_rolling", (document,)), True)
+    assert -report["loss"] * report["tokens"] == pytest.approx(rolling, rel=1e-5)

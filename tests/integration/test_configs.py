@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import transformers
 
 from data_pipeline import load_manifest, manifest_url
 from data_pipeline.cli import main as prepare_main
@@ -29,6 +30,7 @@ from tests.integration.runs import DEEPSPEED, PRETRAIN, free_port, records
 from txl_dist.cli import USAGE_ERROR, evaluate
 from txl_dist.cli.export import export
 from txl_dist.config.loading import load_run_config
+from txl_dist.exports.text import ExportText
 from txl_dist.model.accounting import build_on_meta, count_parameters
 
 STEPS = 2  # the first without memory; the second with it, on the first update's weights
@@ -149,7 +151,9 @@ def test_shipped_config_trains_evaluates_checkpoints_and_exports(request, tmp_pa
 
 # fp32 as above. The valid split (4,400 bytes) is scored in 2 rows of 80-byte segments with the
 # memory growing to 2,100 and distances clamped at 820 (the paper's enwik8 evaluation).
-def test_enwik8_base_trains_reports_bpc_checkpoints_and_exports(tmp_path, enwik8_204, capsys):
+def test_enwik8_base_trains_reports_bpc_checkpoints_and_exports(
+    tmp_path, enwik8_204, capsys, monkeypatch
+):
     run = tmp_path / "run"
     proc = train_shipped(
         "enwik8_base", enwik8_204, run, stage=3, bf16=False, extra=("logging.wandb.mode=offline",)
@@ -188,3 +192,13 @@ def test_enwik8_base_trains_reports_bpc_checkpoints_and_exports(tmp_path, enwik8
     words = ["--model", str(export_dir), "--text", str(tmp_path / "words.txt")]
     assert evaluate.main(words) == USAGE_ERROR
     assert "character-level model" in capsys.readouterr().err
+
+    # Its Hugging Face export reads text as txl-generate does (tests/hf/test_export.py tests
+    # the rest on small models): a token per byte, line breaks dropped, <pad> past them.
+    export(str(run), str(tmp_path / "hf"), format="hf")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    text = "The café\nis <pad>"
+    assert tokenizer(text)["input_ids"] == ExportText(str(export_dir)).encode(text)[0].tolist()
+    generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    assert generation == {"pad_token_id": ENWIK8_TOKENS} == {"pad_token_id": len(tokenizer) - 1}

@@ -1,8 +1,9 @@
 """Training on data.mix of two subword corpora with real DeepSpeed engines: two ranks train and
 save, one process resumes; mix_tokens in every log row, every corpus evaluated, then their
 token-weighted mean. Then what the tokenizer is used for after training: every checkpoint
-carries it, txl-export copies it into the export, txl-eval --text and txl-generate read and
-write text with it."""
+carries it and records its end-of-text token (a custom one, --eos-token), txl-export copies both
+into the export, txl-eval --text, txl-generate, the harness and transformers read and write
+text with them."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ import torch
 from tokenizers import Tokenizer
 
 from data_pipeline import prepare
-from data_pipeline.corpora.subword import TOKENIZER_FILE
+from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.streams.text_batches import TextBatches
 from tests.data_pipeline.corpora.test_records import write_jsonl
+from tests.data_pipeline.corpora.test_subword import renamed_end_token
 from tests.integration.runs import records, train
 from txl_dist.cli import evaluate, generate
 from txl_dist.cli.export import export
@@ -32,6 +34,7 @@ from txl_dist.engine.evaluate import evaluate as score
 from txl_dist.exports.generation import shown
 from txl_dist.exports.loading import load_for_evaluation
 from txl_dist.exports.text import ExportText
+from txl_dist.harness import TXLM
 
 ROWS, TGT_LEN = 8, 64  # the tiny config's global rows and tgt_len
 LAYOUT = {"sample_size": 5_000, "shard_size": 50_000, "progress": False}
@@ -39,10 +42,16 @@ LAYOUT = {"sample_size": 5_000, "shard_size": 50_000, "progress": False}
 SUBWORD_MODEL = ["model.cutoffs=[]", "model.tie_projs=[false]"]
 
 
+END = "<|doc_end|>"
+"""The corpora's end-of-text token: a name of none of the known ones (EOS_NAMES), so only the
+records (manifests, checkpoints, exports) tell it."""
+
+
 @pytest.fixture(scope="module")
 def corpora(shared_data, tmp_path_factory) -> Path:
-    """wiki (WikiText-103 paragraphs) with a byte-level BPE of 600 tokens trained on it, and
-    news (One Billion Word sentences) with that tokenizer, as JSONL corpora under the root."""
+    """wiki (WikiText-103 paragraphs) and news (One Billion Word sentences) as JSONL corpora
+    under the root, prepared with a byte-level BPE of 600 tokens trained on wiki whose
+    end-of-text token is END (txl-prepare --tokenizer FILE --eos-token END)."""
     root = tmp_path_factory.mktemp("corpora")
     lines = (shared_data / "wikitext-103" / "wiki.train.tokens").open(encoding="utf-8")
     wiki = [
@@ -54,9 +63,11 @@ def corpora(shared_data, tmp_path_factory) -> Path:
         held_out = len(docs) // 4
         write_jsonl(root / "src" / name / "train" / "docs.jsonl", docs[held_out:])
         write_jsonl(root / "src" / name / "valid" / "docs.jsonl", docs[:held_out])
-    shared = str(root / "wiki" / TOKENIZER_FILE)
-    for name, tokenizer in (("wiki", "bpe:600"), ("news", shared)):
-        prepare("jsonl", str(root / name), str(root / "src" / name), tokenizer=tokenizer, **LAYOUT)
+    shared = root / TOKENIZER_FILE
+    shared.write_text(renamed_end_token(Subword.train_bpe(600, iter(wiki[len(wiki) // 4 :])), END))
+    for name in ("wiki", "news"):
+        source = str(root / "src" / name)
+        prepare("jsonl", str(root / name), source, tokenizer=str(shared), eos_token=END, **LAYOUT)
     return root
 
 
@@ -153,16 +164,19 @@ def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_th
     library = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
     tag = mixed_run / "checkpoints" / "global_step6"
     assert (tag / TOKENIZER_FILE).read_bytes() == tokenizer_json
-    assert TOKENIZER_FILE in json.loads((tag / CLIENT_FILE).read_text())["files"]
+    record = json.loads((tag / CLIENT_FILE).read_text())
+    assert TOKENIZER_FILE in record["files"] and record["eos_token"] == END
 
     model_dir = tmp_path / "export"
     with moved_away(corpora):  # the checkpoint's own tokenizer: no data root needed
         export(str(mixed_run), str(model_dir))
     assert (model_dir / TOKENIZER_FILE).read_bytes() == tokenizer_json
-    assert json.loads((model_dir / "data.json").read_text())["tokenizer"] == {
+    data = json.loads((model_dir / "data.json").read_text())
+    assert data["tokenizer"] == {
         "sha256": hashlib.sha256(tokenizer_json).hexdigest(),
         "bytes": len(tokenizer_json),
     }  # what loads check the export's tokenizer.json against
+    assert data["eos_token"] == END  # the data's, which no known name would find
     assert not (model_dir / "vocab.txt").exists()
     readme = (model_dir / "README.md").read_text()
     assert f"subword tokenizer {TOKENIZER_FILE} of {library.get_vocab_size()} tokens" in readme
@@ -182,7 +196,9 @@ def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_th
         assert words.decode(ids) == library.decode(ids) == line
         assert "".join(words.pieces(ids, prompt="")) == line
 
-    # txl-eval --text scores the tokenizer's ids of the file.
+    # txl-eval --text scores the tokenizer's ids of the file, as one document: after the
+    # end-of-text token, every token of it.
+    eos = library.token_to_id(END)
     text_file = tmp_path / "valid.txt"
     text_file.write_text(text, encoding="utf-8")
     args = ["--model", str(model_dir), "--text", str(text_file)]
@@ -190,7 +206,7 @@ def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_th
     assert evaluate.main([*args, "--json", "--no-progress"]) == 0
     ours = json.loads(capsys.readouterr().out)
     model = load_for_evaluation(str(model_dir), torch.device("cpu"))
-    ids = np.asarray(library.encode(text, add_special_tokens=False).ids, np.int64)
+    ids = np.asarray([eos, *library.encode(text, add_special_tokens=False).ids], np.int64)
     batches = TextBatches(ids, 2, model.config.tgt_len)
     expected = score(model, batches, torch.device("cpu"), progress=False)
     assert ours["tokens"] == expected.tokens == len(ids) - 1
@@ -202,17 +218,27 @@ def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_th
     args = ["--model", str(model_dir), "--prompt", prompt, "--max-tokens", "40", "--seed", "1"]
     assert generate.main([*args, "--json"]) == 0
     drawn = json.loads(capsys.readouterr().out)
-    eos = library.token_to_id("<|endoftext|>")
     assert drawn["prompt_ids"] == [eos, *library.encode(prompt, add_special_tokens=False).ids]
     assert drawn["stopped"] == ("max_tokens" if len(drawn["ids"]) == 40 else "eos")
     assert eos not in drawn["ids"] and drawn["text"] == library.decode(drawn["ids"])
     assert generate.main(args) == 0
     assert capsys.readouterr().out == shown(prompt + drawn["text"]) + "\n"
 
+    # The harness starts each request after the same token; a Hugging Face export of the run
+    # names it as end, padding and beginning token, so generate() stops at it.
+    assert TXLM(str(model_dir), device="cpu").encode_pair(prompt, " 1889")[0][0] == eos
+    export(str(mixed_run), str(tmp_path / "hf"), format="hf")
+    assert json.loads((tmp_path / "hf" / "special_tokens_map.json").read_text()) == {
+        "bos_token": END, "eos_token": END, "pad_token": END
+    }  # fmt: skip
+    generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    assert generation == {"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos}
+
     # A checkpoint from before they carried the tokenizer: the data root's, else --vocab's.
     old = copy_with_tokenizer(tag, tmp_path / "old", None)
     export(str(old), str(tmp_path / "old-export"))
     assert (tmp_path / "old-export" / TOKENIZER_FILE).read_bytes() == tokenizer_json
+    assert json.loads((tmp_path / "old-export" / "data.json").read_text())["eos_token"] == END
     with moved_away(corpora):
         with pytest.raises(ExportError, match="vocab.txt .*not found.*pass --vocab FILE"):
             export(str(old), str(tmp_path / "refused"))

@@ -15,7 +15,8 @@ without memory, so the perplexity depends on --batch-size; by default the traini
 evaluation rows and precision (the export's data.json), so it reproduces the engine's
 evaluation. A text file is tokenized as WikiText: whitespace-split lines, each followed by
 <eos>, unknown words as the unknown token; for a model of subword data, by its export's
-tokenizer.json, the whole file as one document.
+tokenizer.json, the whole file as one document after the data's end-of-text token (as every
+training document and harness request), so its first token is scored too.
 Character-level data (the manifest's level) is reported in bits per character (loss / ln 2),
 other data in perplexity per word, or per subword token where the export has a tokenizer.json
 (the report's level: char, word or subword).

@@ -43,7 +43,8 @@ from txl_dist.engine.checkpoint.consolidate import (
     consolidated_weights,
     open_checkpoint,
 )
-from txl_dist.exports.loading import DATA_FILE, DTYPES, tokenizer_record
+from txl_dist.engine.checkpoint.state import CLIENT_FILE
+from txl_dist.exports.loading import DATA_FILE, DTYPES, EOS_KEY, tokenizer_record
 from txl_dist.hf import export as hf_export
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
 from txl_dist.scores import format_score
@@ -55,7 +56,8 @@ def training_vocab(
     ckpt: Checkpoint, path: str | None, storage_options: dict | None = None
 ) -> Vocab | Subword:
     """The run's vocabulary (`path`, the checkpoint's tokenizer.json, or data.path's), checked
-    against the checkpoint's hash.
+    against the checkpoint's hash; a tokenizer ends documents with the checkpoint's recorded
+    end-of-text token.
 
     Credentials come from the caller (command line, environment), never from the checkpoint,
     which holds them redacted.
@@ -77,7 +79,12 @@ def training_vocab(
             f"not the one the checkpoint was trained with ({ckpt.config.model.n_token} tokens, "
             f"sha256 {str(expected)[:12]}); pass the right one with --vocab FILE"
         )
-    return vocab
+    if not isinstance(vocab, Subword):
+        return vocab
+    try:
+        return vocab.ending_with(ckpt.point.client.eos_token, f"{ckpt.path}/{CLIENT_FILE}")
+    except DataError as err:
+        raise ExportError(str(err)) from err
 
 
 def _local_vocab_of(ckpt: Checkpoint) -> str:
@@ -116,6 +123,8 @@ def export(
         data["evaluation"] = {"rows": ckpt.plan.eval_rows, "dtype": ckpt.plan.precision}
         if subword:  # what loads check the export's tokenizer.json against
             data["tokenizer"] = tokenizer_record(vocab)
+        if subword and vocab.eos is not None:  # what generation stops at and starts after
+            data[EOS_KEY] = vocab.eos
         with open(os.path.join(directory, DATA_FILE), "w") as f:
             json.dump(data, f)
         with open(os.path.join(directory, README_FILE), "w") as f:
@@ -123,7 +132,7 @@ def export(
 
     try:  # written beside OUT_DIR and renamed into place: never two exports' files in one
         if format == "hf":
-            hf_export.save_hf(model, out_dir, write_extra, ckpt.point.client.level)
+            hf_export.save_hf(model, out_dir, write_extra)
         else:
             model.save_pretrained(out_dir, format=format, write_extra=write_extra)
     except FileExistsError as err:

@@ -8,7 +8,8 @@ A model trained on subword data (its export's tokenizer.json) reads the prompt w
 tokenizer, as it is (no line start before it; an empty prompt is a line break), and prints the
 tokens through its decoder, a character once all its bytes are drawn: byte-level BPE prints
 exactly the text of the drawn ids (control characters as escapes, as for every model). Where
-the tokenizer has an end-of-text token (every document of the data ended with it), the prompt
+the data has an end-of-text token (every document ended with it; the export's data.json names
+it, whatever its name), the prompt
 starts after it and generation stops when the model draws it: the document is over, and
 txl-generate says so on stderr.
 Otherwise the prompt is split on whitespace and looked up in the model's vocab.txt (unknown

@@ -25,7 +25,11 @@ EVAL_ROWS = 10
 DATA_FILE = "data.json"
 """What the model was trained on: {"dataset": name, "level": "char" or "word"}, how its run
 evaluated: {"evaluation": {"rows": global evaluation rows, "dtype": the run's precision}}, and
-for subword data its tokenizer.json's record: {"tokenizer": {"sha256": ..., "bytes": ...}}."""
+for subword data its tokenizer.json's record: {"tokenizer": {"sha256": ..., "bytes": ...}} and
+the end-of-document token its data was prepared with: {"eos_token": text}."""
+EOS_KEY = "eos_token"
+"""data.json's end-of-document token; an export without it (from before it was recorded)
+takes its tokenizer's own end-of-text token (data_pipeline.EOS_NAMES)."""
 
 
 def export_data(model_dir: str) -> dict:
@@ -73,7 +77,8 @@ def export_vocab(model_dir: str) -> Vocab | None:
 
 def export_tokenizer(model_dir: str) -> Subword | None:
     """The export's subword tokenizer (tokenizer.json), if its data had one, checked against
-    the record txl-export made of it (data.json) and the model's n_token (config.json)."""
+    the record txl-export made of it (data.json) and the model's n_token (config.json), its
+    end-of-document token data.json's."""
     path = os.path.join(model_dir, TOKENIZER_FILE)
     if not os.path.exists(path):
         return None
@@ -92,7 +97,8 @@ def export_tokenizer(model_dir: str) -> Subword | None:
             f"{path} has {len(subword)} tokens but {CONFIG_FILE} has n_token {n_token}: the "
             "tokenizer is not the model's; restore it or export the checkpoint again"
         )
-    return subword
+    eos = export_data(model_dir).get(EOS_KEY)
+    return subword.ending_with(eos, os.path.join(model_dir, DATA_FILE))
 
 
 def tokenizer_record(subword: Subword) -> dict:

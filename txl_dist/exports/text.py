@@ -135,11 +135,18 @@ def text_ids(path: str, vocab: Vocab) -> tuple[np.ndarray, int]:
 
 def read_text(path: str, model_dir: str) -> tuple[np.ndarray, int | None]:
     """(ids, unknown words) of a text file read as the export's data was: by its tokenizer.json
-    (no unknown words: None), else as WikiText words; a character-level model is refused."""
+    (no unknown words: None), else as WikiText words; a character-level model is refused.
+
+    A subword file is one document: after the tokenizer's end-of-text token, as every training
+    document and every harness request, so its first token is scored too (documents inside it
+    are parted by that token's text, which the tokenizer reads as the token)."""
     text = ExportText(model_dir)
     if text.subword is not None:
         with open(path, encoding="utf-8", newline="") as f:  # the file's own line ends
-            return text.encode(f.read())[0], None
+            ids = text.encode(f.read())[0]
+        if text.eos is not None:
+            ids = np.concatenate([np.asarray(text.start, np.int64), ids])
+        return ids, None
     if not text.words:
         raise DataError(
             f"{model_dir} is a character-level model and --text is read as words: "

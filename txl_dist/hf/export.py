@@ -37,7 +37,7 @@ USAGE = [
     "```",
     "from transformers import AutoModelForCausalLM, AutoTokenizer",
     "model = AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)",
-    "tokenizer = AutoTokenizer.from_pretrained(DIR)   # word-level and subword data",
+    "tokenizer = AutoTokenizer.from_pretrained(DIR)   # no remote code",
     "out = model(input_ids, labels=input_ids)   # out.logits: log-probabilities; out.mems",
     "model.generate(input_ids, max_new_tokens=50, do_sample=False)   # memory carried",
     "```",
@@ -49,10 +49,9 @@ def save_hf(
     model: TransformerXL,
     directory: str,
     write_extra: Callable[[str], None] | None = None,
-    level: str = "word",
 ) -> None:
-    """Write the Hugging Face directory of `model`; `write_extra(tmp)` adds the vocabulary and
-    README, then the tokenizer files follow from it and the data's `level` (tokenizer_files).
+    """Write the Hugging Face directory of `model`; `write_extra(tmp)` adds the vocabulary,
+    data.json and README, then the tokenizer files follow from them (tokenizer_files).
     Replaces `directory` whole, as TransformerXL.save_pretrained does."""
     sources = shipped_sources()
     with staged_directory(directory) as tmp:
@@ -65,7 +64,7 @@ def save_hf(
             json.dump(hf_config(model), f, indent=2)
         if write_extra is not None:
             write_extra(tmp)
-            write_tokenizer_files(tmp, level)
+            write_tokenizer_files(tmp)
 
 
 def hf_config(model: TransformerXL) -> dict:

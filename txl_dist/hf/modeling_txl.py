@@ -11,7 +11,8 @@ prompt goes in as one segment, then each new token alone on the memory of the pr
 memory is at most mem_len states per layer, however long the generation. A batch of prompts of
 different lengths is padded on the left: with its attention_mask, no real token attends to the
 padding (in memory or segment), and the padding, oldest, leaves the memory first, so each row
-generates what it would alone.
+generates what it would alone; the padding's ids are never read (any id, in the vocabulary or
+not).
 """
 
 from __future__ import annotations
@@ -84,9 +85,11 @@ class TXLForCausalLM(PreTrainedModel, GenerationMixin):
         attention_mask: Tensor | None = None,
         **kwargs,
     ) -> TXLCausalLMOutput:
-        out = self.txl(
-            input_ids, mems=mems, key_padding=key_padding(attention_mask, input_ids, mems)
-        )
+        padding = key_padding(attention_mask, input_ids, mems)
+        if padding is not None:  # no token attends to it: any id will do, and a character-level
+            # export's padding token lies past the vocabulary (tokenizer_files.CHAR_PAD)
+            input_ids = input_ids.masked_fill(padding[:, -input_ids.size(1) :], 0)
+        out = self.txl(input_ids, mems=mems, key_padding=padding)
         loss = None
         if labels is not None:
             targets = labels[:, 1:]

@@ -1,17 +1,20 @@
 """The tokenizer side of a Hugging Face export: what `AutoTokenizer`, `pipeline` and
 `generate()` read beside the model, in the library's own formats (no code of ours runs).
 
+They follow from what the export directory holds, as our commands read it
+(txl_dist.exports): its vocab.txt and data.json's level and dataset, or its subword
+tokenizer.json and data.json's end-of-text token.
+
 - tokenizer.json: a subword export's own; for word-level data, a `WordLevel` model over vocab.txt
   that reads text as txl-prepare did (whitespace-split words, a line break as <eos>, unknown words
-  as the unknown token);
+  as the unknown token); for character-level data (enwik8, text8), a `WordLevel` model over its
+  bytes that reads text as txl-generate reads a prompt (`char_level`);
 - tokenizer_config.json and special_tokens_map.json: the end, unknown and padding tokens, left
   padding; the end token is <eos> for word-level data and a subword tokenizer's end-of-text
-  token (the first of data_pipeline.EOS_NAMES it has: what txl-prepare wrote after every
-  document), which also begins a text (bos, GPT-2's convention);
-- generation_config.json: their ids, so `generate()` stops at the end token.
-
-Character-level exports (enwik8, text8) get none of these yet: their tokens are bytes or
-characters named by txl-prepare's own scheme, which no `tokenizers` model reads alike.
+  token (the one txl-prepare wrote after every document: the export's data.json names it),
+  which also begins a text (bos, GPT-2's convention); character-level data has no end token;
+- generation_config.json: their ids, so `generate()` stops at the end token and pads with the
+  padding token.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from __future__ import annotations
 import json
 import os
 
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-from data_pipeline import EOS, EOS_NAMES, TOKENIZER_FILE, Vocab
-from txl_dist.model.transformer import VOCAB_FILE
+from data_pipeline import DATASETS, EOS, TOKENIZER_FILE, Subword, Vocab
+from data_pipeline.corpora.bytelevel import byte_chars
+from txl_dist.exports.generation import char_dataset
+from txl_dist.exports.loading import export_tokenizer, export_vocab
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
@@ -30,24 +35,35 @@ GENERATION_CONFIG_FILE = "generation_config.json"
 MAX_LENGTH = 1_000_000_000
 """model_max_length: the memory makes the context unbounded; this only keeps transformers from
 warning about long inputs."""
+CHAR_PAD = "<pad>"
+"""A character-level export's padding token, one id past the model's vocabulary: every token of
+the vocabulary is text (a space, a byte), which a padding token would be taken for."""
 
 
-def write_tokenizer_files(directory: str, level: str) -> None:
+def write_tokenizer_files(directory: str) -> None:
     """Add the tokenizer files to an export `directory` that already holds its vocabulary
-    (tokenizer.json or vocab.txt); `level` is its data's (word or char)."""
+    (vocab.txt or tokenizer.json) and, for character-level data, its data.json."""
     path = os.path.join(directory, TOKENIZER_FILE)
-    subword = os.path.exists(path)
-    if not subword:
-        if level != "word":
+    vocab = export_vocab(directory)
+    settings = {}
+    if vocab is None:
+        subword = export_tokenizer(directory)
+        if subword is None:
             return
-        Tokenizer.save(word_level(Vocab.load(os.path.join(directory, VOCAB_FILE))), path)
-    tokenizer = Tokenizer.from_file(path)
-    special = special_tokens(tokenizer, subword)
+        tokenizer, special = subword.tokenizer, subword_special_tokens(subword)
+    elif dataset := char_dataset(directory):
+        tokenizer, special = char_level(vocab, dataset), {"pad_token": CHAR_PAD}
+        # "<pad>" in a text is its five characters, as txl-generate reads it, not the token.
+        settings["split_special_tokens"] = True
+    else:
+        tokenizer, special = word_level(vocab), word_special_tokens(vocab)
+    if vocab is not None:
+        tokenizer.save(path)
     ids = {f"{role}_id": tokenizer.token_to_id(token) for role, token in special.items()}
     files = {
         TOKENIZER_CONFIG_FILE: dict(
             tokenizer_class="PreTrainedTokenizerFast", padding_side="left",
-            clean_up_tokenization_spaces=False, model_max_length=MAX_LENGTH, **special,
+            clean_up_tokenization_spaces=False, model_max_length=MAX_LENGTH, **settings, **special,
         ),
         SPECIAL_TOKENS_FILE: special,
         GENERATION_CONFIG_FILE: {k: v for k, v in ids.items() if k != "unk_token_id"},
@@ -67,19 +83,50 @@ def word_level(vocab: Vocab) -> Tokenizer:
     return tokenizer
 
 
-def special_tokens(tokenizer: Tokenizer, subword: bool = False) -> dict[str, str]:
-    """eos, pad and unk tokens of `tokenizer` that it has: the end token pads too (GPT-2's
-    convention); a `subword` tokenizer's end-of-text token (data_pipeline.EOS_NAMES) is its end
-    token, and begins a text too."""
-    vocab = tokenizer.get_vocab()
+def char_level(vocab: Vocab, dataset: str) -> Tokenizer:
+    """A tokenizer that encodes text as txl-generate reads a prompt of character-level data
+    (DATASETS[dataset].char_tokenizer): the dataset's normalization (enwik8 drops line breaks,
+    text8 strips the text), then a token per UTF-8 byte, the same ids, and CHAR_PAD after them.
+
+    Tokens are named by the byte-level alphabet (GPT-2's: a character per byte, a space is
+    "Ġ"), so bytes of a character cut in two are tokens too, and the `ByteLevel` decoder gives
+    the text back. A byte the vocabulary lacks fails the encoding ("Missing [UNK] token"), where
+    txl-generate refuses it in its own words: neither reads it as another token.
+    """
+    token_bytes = DATASETS[dataset].char_tokenizer.token_bytes
+    chars = byte_chars()
+    index = {}
+    for i, token in enumerate(vocab.tokens):
+        try:
+            value = token_bytes(token)
+        except ValueError:  # a token of no byte (<unk> in a vocabulary given to txl-prepare)
+            value = b""
+        index[chars[value[0]] if len(value) == 1 else token] = i
+    tokenizer = Tokenizer(models.WordLevel(vocab=index, unk_token="[UNK]"))
+    tokenizer.normalizer = DATASETS[dataset].char_tokenizer.normalizer()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        pre_tokenizers.Split("", behavior="isolated"),  # every byte's character alone
+    ])  # fmt: skip
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens([CHAR_PAD])
+    return tokenizer
+
+
+def word_special_tokens(vocab: Vocab) -> dict[str, str]:
+    """A word vocabulary's <eos> (a line end; it pads too, GPT-2's convention) and unknown
+    token, those it has."""
+    special = {"eos_token": EOS, "pad_token": EOS} if EOS in vocab.index else {}
+    return special | ({"unk_token": vocab.unk} if vocab.unk else {})
+
+
+def subword_special_tokens(subword: Subword) -> dict[str, str]:
+    """A subword tokenizer's end-of-text token as end, padding and beginning token, and its
+    model's unknown token, those it has."""
     special = {}
-    if subword:
-        end = next((name for name in EOS_NAMES if name in vocab), None)
-        if end is not None:
-            special.update(bos_token=end, eos_token=end, pad_token=end)
-    elif EOS in vocab:
-        special.update(eos_token=EOS, pad_token=EOS)
-    unk = json.loads(tokenizer.to_str())["model"].get("unk_token")
-    if unk in vocab:
+    if subword.eos is not None:
+        special.update(bos_token=subword.eos, eos_token=subword.eos, pad_token=subword.eos)
+    unk = json.loads(subword.json_text)["model"].get("unk_token")
+    if unk is not None and subword.tokenizer.token_to_id(unk) is not None:
         special["unk_token"] = unk
     return special

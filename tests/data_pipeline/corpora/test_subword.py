@@ -57,14 +57,37 @@ def test_bpe_trains_with_its_end_of_text_token_and_a_file_names_its_own(lm1b_sen
     assert trained.require_eos("t.json") is trained
     assert pickle.loads(pickle.dumps(trained)).eos_id == 0  # as workers get it
     # A file's own end-of-text token, by its name; --eos-token names any of its tokens.
-    spec = json.loads(trained.json_text)
-    spec["added_tokens"][0]["content"] = "</s>"
-    spec["model"]["vocab"]["</s>"] = spec["model"]["vocab"].pop("<|endoftext|>")
-    assert (Subword(json.dumps(spec)).eos, Subword(json.dumps(spec)).eos_id) == ("</s>", 0)
+    renamed = Subword(renamed_end_token(trained, "</s>"))
+    assert (renamed.eos, renamed.eos_id) == ("</s>", 0)
     named = Subword(trained.json_text, "t.json", eos="\u0120the")
     assert named.eos_id == trained.tokenizer.token_to_id("\u0120the")
     with pytest.raises(CorpusFormatError, match="--eos-token 'the end': t.json has no such"):
         Subword(trained.json_text, "t.json", eos="the end")
+
+
+def renamed_end_token(subword: Subword, name: str) -> str:
+    """The tokenizer.json of `subword` with its end-of-text token renamed `name`, same id."""
+    spec = json.loads(subword.json_text)
+    (entry,) = [t for t in spec["added_tokens"] if t["content"] == subword.eos]
+    entry["content"] = name
+    spec["model"]["vocab"][name] = spec["model"]["vocab"].pop(subword.eos)
+    return json.dumps(spec)
+
+
+def test_a_record_names_an_end_token_of_any_name(lm1b_sentences):
+    """What a manifest, checkpoint or export records as the end token is the one taken, named
+    as the data was prepared (--eos-token), not by the known names."""
+    custom = Subword(renamed_end_token(Subword.train_bpe(300, iter(lm1b_sentences[:500])), "<|x|>"))
+    assert custom.eos is None  # none of the known names
+    ended = custom.ending_with("<|x|>", "txl.json")
+    assert (ended.eos, ended.eos_id, custom.eos) == ("<|x|>", 0, None)
+    assert custom.ending_with(None, "txl.json") is custom  # no record: as it is
+    with pytest.raises(CorpusFormatError) as err:
+        custom.ending_with("<|gone|>", "e/data.json")
+    assert str(err.value) == (
+        "e/data.json names the end-of-text token '<|gone|>', which its tokenizer.json lacks: not "
+        "the tokenizer its data was prepared with; restore that one"
+    )
 
 
 def test_the_refusals_hint_adds_an_end_of_text_token_that_is_then_used(lm1b_sentences):

@@ -75,6 +75,11 @@ class CheckpointState:
     level: str = "word"
     """The training data's level, char or word (its loss reads as bpc or ppl); older
     checkpoints, from before char-level data, lack it."""
+    eos_token: str | None = None
+    """The end-of-document token of subword data (its manifest's, which txl-prepare wrote after
+    every document; a --eos-token of any name), for exports to stop generation at and start
+    prompts after; None without one, and in checkpoints from before it was recorded (their
+    tokenizer's own end-of-text token is taken)."""
     run_id: str | None = None
     """Run id (wandb's too), kept across resumes; version 0 files may lack it."""
     init_from: str | None = None
@@ -142,5 +147,6 @@ def record_facts(
         vocab_size=streams.vocab_size,
         vocab_sha256=streams.manifest.vocab_sha256,
         level=streams.manifest.level,
+        eos_token=streams.manifest.eos_token,
         init_from=init_from,
     )
