@@ -86,7 +86,7 @@ class ListStreams:
     def __init__(self, steps: int):
         self.batches = [torch.full((ROWS, TGT_LEN), s) for s in range(steps)]
         self.new_epoch, self.epoch, self.vocab_size = False, 0, 10
-        self.manifest = SimpleNamespace(vocab_sha256="ab" * 32, level="word")
+        self.manifest = SimpleNamespace(vocab_sha256="ab" * 32, level="word", eos_token=None)
         self.position, self.closed, self.mixed = 0, False, False
 
     def __iter__(self):
