@@ -27,7 +27,8 @@ def test_n_token_auto_reads_the_vocabulary_size_of_the_data(tmp_path, shared_dat
         load_run_config(tiny_config, [f"data.path={tmp_path / 'missing'}"])
     unreachable = "http://alice:SECRET_7@127.0.0.1:1/data"  # port 1: refused at once
     with pytest.raises(ConfigError, match=r"model\.n_token=auto .* http://\*\*\*@127") as err:
-        load_run_config(tiny_config, [f"data.path={unreachable}"])
+        # data.read_attempts holds here too: one try, no back-off (6 tries took 4.4 s).
+        load_run_config(tiny_config, [f"data.path={unreachable}", "data.read_attempts=1"])
     assert "SECRET_7" not in "".join(traceback.format_exception(err.value))
 
 

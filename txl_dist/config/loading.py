@@ -93,6 +93,19 @@ def _first_root(data: dict[str, Any]) -> str:
     return str(data.get("path"))
 
 
+def _retry(data: dict[str, Any]):
+    """data.read_attempts and read_timeout_s as a Retry, before the section is checked (values
+    it refuses read with the defaults here, then get the section's own line)."""
+    from data_pipeline.shards.storage import DEFAULT_RETRY, Retry
+
+    attempts = data.get("read_attempts", DEFAULT_RETRY.attempts)
+    timeout_s = data.get("read_timeout_s", DEFAULT_RETRY.timeout_s)
+    try:
+        return Retry(attempts=int(attempts), timeout_s=float(timeout_s))
+    except (TypeError, ValueError):
+        return DEFAULT_RETRY
+
+
 def resolve_vocab_size(values: dict[str, Any]) -> dict[str, Any]:
     """Replace `model.n_token: "auto"` with the vocabulary size in the train split's manifest."""
     model, data = values.get("model"), values.get("data")
@@ -102,7 +115,7 @@ def resolve_vocab_size(values: dict[str, Any]) -> dict[str, Any]:
 
     url = manifest_url(_first_root(data), data.get("train_split", "train"))
     try:
-        vocab_size = load_manifest(url, data.get("storage_options") or {}).vocab_size
+        vocab_size = load_manifest(url, data.get("storage_options") or {}, _retry(data)).vocab_size
     except DataError as err:
         raise ConfigError(
             f"model.n_token=auto takes the vocabulary size from the data, but "
