@@ -167,7 +167,8 @@ def data_line(ckpt: Checkpoint, subword: bool) -> str:
     """What the run trained on: its data (each corpus of a mix) and its vocabulary."""
     cfg, client = ckpt.config, ckpt.point.client
     if cfg.data.mix is None:
-        data = f"{cfg.data.dataset} ({client.level} level) at `{redact_text(cfg.data.root)}`"
+        level = "subword" if subword else client.level  # manifests call subword data word-level
+        data = f"{cfg.data.dataset} ({level} level) at `{redact_text(cfg.data.root)}`"
     else:
         data = "a mix of " + ", ".join(
             f"{c.name} (weight {c.weight}) at `{redact_text(c.path)}`" for c in cfg.data.mix
