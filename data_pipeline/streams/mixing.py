@@ -48,7 +48,7 @@ STATE_VERSION = 2
 
 def check_same_vocabulary(names: list[str], manifests: list[Manifest]) -> None:
     """Raise VocabMismatchError, naming two corpora that differ, unless all share one
-    vocabulary or tokenizer (same sha256 and size)."""
+    vocabulary or tokenizer (same sha256 and size) and one end-of-text token."""
     first = manifests[0]
     for name, manifest in zip(names[1:], manifests[1:]):
         if (manifest.vocab_sha256, manifest.vocab_size) != (first.vocab_sha256, first.vocab_size):
@@ -57,6 +57,12 @@ def check_same_vocabulary(names: list[str], manifests: list[Manifest]) -> None:
                 f"({first.vocab_size} tokens, sha256 {first.vocab_sha256[:12]} vs "
                 f"{manifest.vocab_size}, {manifest.vocab_sha256[:12]}); prepare them with one "
                 "tokenizer (txl-prepare --tokenizer FILE, or --vocab FILE)"
+            )
+        if manifest.eos_token != first.eos_token:
+            raise VocabMismatchError(
+                f"data.mix: corpora {names[0]} and {name} end documents with different tokens "
+                f"({first.eos_token!r} vs {manifest.eos_token!r}); prepare them with one "
+                "--eos-token"
             )
 
 

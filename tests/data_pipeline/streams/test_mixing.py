@@ -5,8 +5,10 @@ world sizes, one vocabulary."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -311,3 +313,15 @@ def test_too_few_steps_for_the_weights_are_named_before_training(long_and_short)
     warning = stream.too_short(settling // 64)
     assert warning.startswith(f"data.mix: {settling // 64 * 64:,} tokens per row planned (")
     assert "three mean documents of corpus long (" in warning and "\n" not in warning
+
+
+def test_corpora_that_end_documents_with_different_tokens_are_refused_by_name(corpora, tmp_path):
+    """One tokenizer, two end tokens (txl-prepare --eos-token): a model could not learn one."""
+    shutil.copytree(corpora["news"][0], tmp_path / "news")
+    manifest = tmp_path / "news" / "train" / "manifest.json"
+    record = json.loads(manifest.read_text())
+    assert record["eos_token"] == "<|endoftext|>"
+    manifest.write_text(json.dumps(record | {"eos_token": "<|doc_end|>"}))
+    mix = [*sources(corpora, {"wiki": 1}), MixSource("news", str(manifest), 1)]
+    with pytest.raises(VocabMismatchError, match=r"^data\.mix: corpora wiki and news end docum"):
+        MixedStreams(mix, 2, 10)
