@@ -112,8 +112,9 @@ def _assemble_trainer(
     parts.append(TokensPart(seen, world.rank, world.world_size, per_step, state))
     if point is not None:
         with watchdog.phase("checkpoint load", point.client.step):
+            manifest = streams.manifest
             checkpoint.check_resumable(
-                point, config.train.global_rows, streams.manifest.vocab_sha256
+                point, config.train.global_rows, manifest.vocab_sha256, manifest.eos_token
             )
             checkpoint.restore(point, universal, parts, state, world)
     # Every metrics row says which run and which start of it wrote it: txl-report draws one run.

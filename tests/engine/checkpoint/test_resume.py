@@ -80,6 +80,16 @@ def test_which_checkpoints_can_resume_this_run(tmp_path):
     wrong = "vocabulary sha256 abababababab, this run's data has cdcdcd.*--tokenizer FILE"
     with pytest.raises(ConfigError, match=wrong):
         checkpoint.check_resumable(point, global_rows=8, vocab_sha256="cd" * 32)
+    # Subword data re-prepared with another --eos-token (one tokenizer, so one sha256).
+    ends = checkpoint.ResumePoint(str(tmp_path), "global_step10", state(eos_token="<|doc|>"))
+    checkpoint.check_resumable(ends, global_rows=8, vocab_sha256="ab" * 32, eos_token="<|doc|>")
+    wrong = "documents ending in '<|doc|>', this run's data ends them in '<|endoftext|>'"
+    with pytest.raises(
+        ConfigError, match=re.escape(wrong) + ".*" + re.escape("--eos-token '<|doc|>'")
+    ):
+        checkpoint.check_resumable(
+            ends, global_rows=8, vocab_sha256="ab" * 32, eos_token="<|endoftext|>"
+        )
     # Another world size loads ZeRO's partitioned optimizer only through the universal format.
     assert not checkpoint.needs_universal(None, world_size=1, zero_stage=2)
     assert not checkpoint.needs_universal(point, world_size=2, zero_stage=3)

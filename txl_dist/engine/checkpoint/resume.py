@@ -112,8 +112,11 @@ def needs_universal(point: ResumePoint | None, world_size: int, zero_stage: int)
     return point is not None and point.client.world_size != world_size and zero_stage > 0
 
 
-def check_resumable(point: ResumePoint, global_rows: int, vocab_sha256: str) -> None:
-    """Raise ConfigError if the checkpoint cannot continue a run with these rows and data."""
+def check_resumable(
+    point: ResumePoint, global_rows: int, vocab_sha256: str, eos_token: str | None = None
+) -> None:
+    """Raise ConfigError if the checkpoint cannot continue a run with these rows and data (its
+    vocabulary, and the end-of-text token where the checkpoint records one)."""
     saved = point.client
     if saved.global_rows != global_rows:
         raise ConfigError(
@@ -127,6 +130,12 @@ def check_resumable(point: ResumePoint, global_rows: int, vocab_sha256: str) -> 
             f"{saved.vocab_sha256[:12]}, this run's data has {vocab_sha256[:12]}: resume on the "
             "data it was trained on, or prepare this data with the checkpoint's vocabulary "
             "(txl-prepare --vocab FILE) or tokenizer (--tokenizer FILE, for subword data)"
+        )
+    if saved.eos_token is not None and saved.eos_token != eos_token:
+        raise ConfigError(
+            f"checkpoint {point.tag} was trained on documents ending in {saved.eos_token!r}, "
+            f"this run's data ends them in {eos_token!r}: resume on the data it was trained on, "
+            f"or prepare this data with --eos-token {saved.eos_token!r}"
         )
 
 
