@@ -14,6 +14,10 @@ import os
 # step; 2 MB pages cut the faults tenfold and a 1-process step by about 7% on average (README).
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
+from txl_dist.process.allocator import keep_freed_memory  # noqa: E402
+
+keep_freed_memory()  # the buffers a step frees are kept for the next: about 10% a tiny CPU step
+
 from txl_dist.logs import configure_logging  # noqa: E402
 from txl_dist.process.restarts import guard_if_restarting  # noqa: E402
 from txl_dist.process.signals import catch_stop_signals  # noqa: E402
