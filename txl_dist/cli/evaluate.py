@@ -326,7 +326,8 @@ def sweep(args: argparse.Namespace, world: World, device: torch.device) -> Sweep
 @interruptible("txl-eval")
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    keep_freed_memory()  # as training: a fresh process's page faults cost a fifth of the time
+    if argv is None:  # the command, not a caller's main([...]): it sets the whole process's
+        keep_freed_memory()  # allocator (as training: page faults cost a fifth of the time)
     if args.tasks:
         return harness_tasks(args)
     try:
