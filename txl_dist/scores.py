@@ -22,6 +22,12 @@ LABELS = {"ppl": "perplexity", "bpc": "bits per character"}
 """Long names of the scores, for plot titles."""
 
 
+def reported_level(recorded: str, subword: bool) -> str:
+    """The level to report of data whose manifest or checkpoint records ``recorded``: subword
+    where a tokenizer.json reads it (they record it as word-level)."""
+    return "subword" if subword else recorded
+
+
 def score_name(level: str) -> str:
     """`ppl` for word-level data, `bpc` for char-level."""
     try:

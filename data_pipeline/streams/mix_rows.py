@@ -42,12 +42,11 @@ class RowCursor:
         """A row at its start: ``offset`` tokens into its first corpus's share, of which
         ``into_document`` into the document there (counted as read), every other share at its
         beginning."""
-        zeros = [0] * len(start.counts)
-        skipped = list(zeros)
+        k = len(start.counts)
+        skipped, counts = [0] * k, list(start.counts)
         skipped[start.corpus] = offset
-        counts = list(start.counts)
         counts[start.corpus] += into_document
-        return cls(start.corpus, [0] * len(zeros), list(skipped), counts, skipped)
+        return cls(start.corpus, [0] * k, list(skipped), counts, skipped)
 
     def read(self, shares: list[int]) -> list[int]:
         """Per corpus, the tokens this row has read (``shares``: each corpus's share length)."""

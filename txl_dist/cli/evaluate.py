@@ -73,7 +73,7 @@ from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
 from txl_dist.process.allocator import keep_freed_memory
 from txl_dist.process.dist import World, end_distributed, init_distributed, world_from_env
-from txl_dist.scores import TOKEN_OF_LEVEL, format_score, score
+from txl_dist.scores import TOKEN_OF_LEVEL, format_score, reported_level, score
 
 
 @dataclass
@@ -283,10 +283,9 @@ def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
         url, rows_per_rank=rows // world.world_size, tgt_len=tgt_len, rank=world.rank,
         world_size=world.world_size, tail=True, expected_vocab_size=model.config.n_token,
     )  # fmt: skip
-    # A manifest names subword data word-level (both score in perplexity): the export's
-    # tokenizer.json, checked above to be the data's, tells them apart.
+    # The export's tokenizer.json, checked above to be the data's, tells subword data apart.
     subword = export_level(args.model[0]) == "subword"
-    return url, streams, None, "subword" if subword else streams.manifest.level
+    return url, streams, None, reported_level(streams.manifest.level, subword)
 
 
 def run(args: argparse.Namespace, world: World, device: torch.device) -> EvalReport:

@@ -47,7 +47,7 @@ from txl_dist.engine.checkpoint.state import CLIENT_FILE
 from txl_dist.exports.loading import DATA_FILE, DTYPES, EOS_KEY, tokenizer_record
 from txl_dist.hf import export as hf_export
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
-from txl_dist.scores import format_score
+from txl_dist.scores import format_score, reported_level
 
 README_FILE = "README.md"
 
@@ -167,7 +167,7 @@ def data_line(ckpt: Checkpoint, subword: bool) -> str:
     """What the run trained on: its data (each corpus of a mix) and its vocabulary."""
     cfg, client = ckpt.config, ckpt.point.client
     if cfg.data.mix is None:
-        level = "subword" if subword else client.level  # manifests call subword data word-level
+        level = reported_level(client.level, subword)
         data = f"{cfg.data.dataset} ({level} level) at `{redact_text(cfg.data.root)}`"
     else:
         data = "a mix of " + ", ".join(
