@@ -82,3 +82,33 @@ def test_a_template_reaching_for_code_is_refused_unless_trusted(
     if payload == "cycler":  # trusted, it runs as the harness alone would run it
         txl_eval(model_dir, tmp_path, "templated", "--trust-task-code")
         assert (tmp_path / "MARKER").exists()
+
+
+# Metrics only evaluate.load gives: a script by path, `name/name.py` under the working directory.
+METRICS = {
+    "an absolute path": ("{dir}/scripts/evil.py", ""),
+    "a path from the working directory": ("scripts/evil.py", ""),
+    "hf_evaluate on a registered name": ("exact_match", "    hf_evaluate: true\n"),
+}
+
+
+@pytest.mark.parametrize("route", METRICS)
+def test_a_metric_only_evaluate_gives_is_refused_unless_trusted(
+    capsys, offline_harness, model_dir, tmp_path, monkeypatch, route
+):
+    monkeypatch.chdir(tmp_path)
+    name, extra = METRICS[route]
+    name = name.format(dir=tmp_path)
+    script = tmp_path / (name if name.endswith(".py") else f"{name}/{name}.py")
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(f"from pathlib import Path\nPath({str(tmp_path / 'MARKER')!r}).touch()\n")
+    metric = f"  - metric: {name}\n    aggregation: mean\n    higher_is_better: true\n{extra}"
+    write_task(tmp_path, "measured", DOCS, ROLLING + metric)
+    assert txl_eval(model_dir, tmp_path, "measured") == USAGE_ERROR
+    error = one_line(capsys)
+    assert f"task 'measured' ({tmp_path / 'measured.yaml'}) asks for metric '{name}'" in error
+    assert "--trust-task-code loads it" in error
+    assert not (tmp_path / "MARKER").exists()
+    if route == "an absolute path":  # trusted, evaluate.load runs it as the harness alone would
+        txl_eval(model_dir, tmp_path, "measured", "--trust-task-code")
+        assert (tmp_path / "MARKER").exists()
