@@ -84,6 +84,30 @@ def test_a_template_reaching_for_code_is_refused_unless_trusted(
         assert (tmp_path / "MARKER").exists()
 
 
+# Templates building past the sandbox's bound (20 million characters, each in one operation but
+# the last): without it, with a larger count, each would allocate until memory ran out.
+LARGE = {
+    "a repetition": "{{ 'ab' * 10000000 }}",
+    "a padding filter": "{{ 'a'|center(20000000) }}",
+    "a padding method": "{{ 'a'.zfill(20000000) }}",
+    "a printf width": "{{ '%20000000s' % 'a' }}",
+    "a format width": "{{ '{:{}}'.format('a', 20000000) }}",
+    "an output": "{% for i in range(5000) %}{{ 'x' * 4000 }}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("payload", LARGE)
+def test_a_template_building_past_the_bound_is_refused(
+    capsys, offline_harness, model_dir, tmp_path, payload
+):
+    template = ROLLING.replace('doc_to_text: ""', f'doc_to_text: "{LARGE[payload]}"')
+    write_task(tmp_path, "large", DOCS, template)
+    assert txl_eval(model_dir, tmp_path, "large") == USAGE_ERROR
+    error = one_line(capsys)
+    assert "is past the 16,777,216 a template may build" in error, error
+    assert "--trust-task-code renders it" in error
+
+
 # Metrics only evaluate.load gives: a script by path, `name/name.py` under the working directory.
 METRICS = {
     "an absolute path": ("{dir}/scripts/evil.py", ""),

@@ -24,8 +24,9 @@ import lm_eval.tasks
 import lm_eval.tasks._yaml_loader as yaml_loader
 import lm_eval.utils
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import SandboxedEnvironment
 from lm_eval.api.registry import metric_registry
+
+from txl_dist.harness.sandbox import BoundedSandbox, bounded
 
 TRUST_FLAG = "--trust-task-code"
 HARNESS_TASKS = Path(lm_eval.tasks.__file__).parent.resolve()
@@ -59,8 +60,8 @@ def task_code(trusted: bool) -> Iterator[None]:
         yield
     except SecurityError as err:
         raise UntrustedTaskCode(
-            f"a task's template asked for what only code may do ({err}); {TRUST_FLAG} renders "
-            "it as it is (only for task files you trust)"
+            f"a task's template asked for what Jinja's sandbox refuses ({err}); {TRUST_FLAG} "
+            "renders it as it is (only for task files you trust)"
         ) from None
     finally:
         yaml_loader._import_func_in_yml, lm_eval.utils.env = imports, templates
@@ -81,15 +82,15 @@ def refusing_outside_the_harness(import_function):
     return guarded
 
 
-def sandboxed(environment) -> SandboxedEnvironment:
-    """Jinja's sandbox with the harness environment's settings and filters."""
-    sandbox = SandboxedEnvironment(
+def sandboxed(environment) -> BoundedSandbox:
+    """Jinja's sandbox, bounded, with the harness environment's settings and filters."""
+    sandbox = BoundedSandbox(
         loader=environment.loader,
         undefined=environment.undefined,
         keep_trailing_newline=environment.keep_trailing_newline,
     )
     sandbox.filters.update(environment.filters)
-    return sandbox
+    return bounded(sandbox)
 
 
 def registered_only(get_metric):
