@@ -136,3 +136,22 @@ def test_a_metric_only_evaluate_gives_is_refused_unless_trusted(
     if route == "an absolute path":  # trusted, evaluate.load runs it as the harness alone would
         txl_eval(model_dir, tmp_path, "measured", "--trust-task-code")
         assert (tmp_path / "MARKER").exists()
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+@pytest.mark.parametrize("points_at", ["the folder", "the script"])
+def test_a_task_pointing_at_a_dataset_script_is_one_line(
+    capsys, offline_harness, model_dir, tmp_path, trusted, points_at
+):
+    (tmp_path / "news").mkdir()
+    script = tmp_path / "news" / "news.py"
+    script.write_text(f"from pathlib import Path\nPath({str(tmp_path / 'MARKER')!r}).touch()\n")
+    path = script if points_at == "the script" else script.parent
+    task = f"task: scripted\ndataset_path: {path}\ntest_split: test\n{ROLLING}"
+    (tmp_path / "scripted.yaml").write_text(task)
+    flags = ["--trust-task-code"] if trusted else []
+    assert txl_eval(model_dir, tmp_path, "scripted", *flags) == USAGE_ERROR
+    error = one_line(capsys)
+    assert f"task 'scripted' ({tmp_path / 'scripted.yaml'}): its dataset_path '{path}'" in error
+    assert "is a dataset script ('news.py'), which the datasets library no longer runs" in error
+    assert not (tmp_path / "MARKER").exists()

@@ -10,6 +10,9 @@ A third route: a `metric:` the harness's registry lacks (or any with `hf_evaluat
 `evaluate.load(name)`, which imports a script by that path (or `name/name.py` under the working
 directory) or fetches one from the Hub. Unless trusted, only the registry's metrics are given, for
 the harness's own tasks too (what evaluate would run comes from the Hub, not with the harness).
+
+Trusted or not, a task whose `dataset_path` is a dataset script's folder (which the datasets
+library no longer runs) is one line naming the task's file, not the library's traceback.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from lm_eval.api.registry import metric_registry
 from txl_dist.harness.sandbox import BoundedSandbox, bounded
 
 TRUST_FLAG = "--trust-task-code"
+DATASET_SCRIPTS = "Dataset scripts are no longer supported"
+"""How the datasets library (4 and later) refuses a dataset script."""
 HARNESS_TASKS = Path(lm_eval.tasks.__file__).parent.resolve()
 
 
@@ -47,15 +52,13 @@ class UnregisteredMetric(Exception):
 @contextlib.contextmanager
 def task_code(trusted: bool) -> Iterator[None]:
     """While inside, task files run code only as `trusted` allows (see the module)."""
-    if trusted:
-        yield
-        return
     imports, templates = yaml_loader._import_func_in_yml, lm_eval.utils.env
     metrics, task_init = task_module.get_metric, task_module.ConfigurableTask.__init__
-    yaml_loader._import_func_in_yml = refusing_outside_the_harness(imports)
-    lm_eval.utils.env = sandboxed(templates)
-    task_module.get_metric = registered_only(metrics)
     task_module.ConfigurableTask.__init__ = naming_the_task_file(task_init)
+    if not trusted:
+        yaml_loader._import_func_in_yml = refusing_outside_the_harness(imports)
+        lm_eval.utils.env = sandboxed(templates)
+        task_module.get_metric = registered_only(metrics)
     try:
         yield
     except SecurityError as err:
@@ -105,18 +108,28 @@ def registered_only(get_metric):
 
 
 def naming_the_task_file(init):
-    """A task's constructor whose unregistered metric is refused naming the task's file."""
+    """A task's constructor whose unregistered metric is refused, and whose dataset script is
+    one line, naming the task and its file."""
 
     def checked(self, *args, config: dict | None = None, **kwargs) -> None:
+        named = config or {}
+        source = (named.get("metadata") or {}).get("config_source", "inline")
+        task = f"task {named.get('task')!r} ({source})"
         try:
             init(self, *args, config=config, **kwargs)
         except UnregisteredMetric as err:
-            config = config or {}
-            source = (config.get("metadata") or {}).get("config_source", "inline")
             raise UntrustedTaskCode(
-                f"task {config.get('task')!r} ({source}) asks for metric {err.name!r}, which is "
-                "not the harness's own: evaluate.load would run a script of that name (a local "
-                f"file or the Hub's); {TRUST_FLAG} loads it (only for task files you trust)"
+                f"{task} asks for metric {err.name!r}, which is not the harness's own: "
+                "evaluate.load would run a script of that name (a local file or the Hub's); "
+                f"{TRUST_FLAG} loads it (only for task files you trust)"
+            ) from None
+        except RuntimeError as err:
+            if not str(err).startswith(DATASET_SCRIPTS):
+                raise
+            raise ValueError(
+                f"{task}: its dataset_path {named.get('dataset_path')!r} is a dataset script "
+                f"({str(err).rpartition(' ')[2]!r}), which the datasets library no longer runs; "
+                "point it at data files (dataset_path: json, dataset_kwargs.data_files)"
             ) from None
 
     return checked
