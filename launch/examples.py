@@ -1,5 +1,6 @@
-"""The inputs the documentation's examples read, made from WikiText-103's text (standard library
-only), so that the README's Commands table runs top to bottom in a fresh checkout:
+"""The inputs the documentation's examples read, made from WikiText-103's text (the standard
+library, PyYAML and txl_dist.files), so that the README's Commands table runs top to bottom in a
+fresh checkout:
 
     python launch/examples.py corpus ../shared/data/wikitext-103/wiki.train.tokens runs/corpus
     python launch/examples.py tasks ../shared/data/wikitext-103/wiki.valid.tokens runs/tasks
@@ -12,6 +13,10 @@ tasks: two lm-evaluation-harness tasks for txl-eval --tasks --include-path OUT
 and wt103_last_word, the last word of each paragraph's first 30 words given the rest; each a
 task file (OUT/NAME.yaml, its data at OUT/NAME.jsonl as given, so run from where the harness
 will).
+
+Every file is created anew, never written through a link someone planted where it goes
+(txl_dist.files), and the data's path is written into a task file as a quoted YAML string (a
+path holding " #" or ": " reads back whole).
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ import argparse
 import json
 import os
 import re
+
+import yaml
+
+from txl_dist.files import open_new
 
 # An article starts at a " = Title = " line between blank ones (a " = = Section = = " does not).
 ARTICLE_START = re.compile(r"(?m)^ \n(?= = [^=].*[^=] = \n \n)")
@@ -59,7 +68,7 @@ metric_list:
 
 
 def write_jsonl(path: str, texts: list[str]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
+    with open_new(path, "w") as f:
         f.writelines(json.dumps({"text": text}) + "\n" for text in texts)
 
 
@@ -85,8 +94,13 @@ def tasks(source: str, out: str) -> None:
     ]
     write_jsonl(f"{out}/wt103_last_word.jsonl", passages)
     for name, task in (("wt103_valid", PERPLEXITY_TASK), ("wt103_last_word", LAST_WORD_TASK)):
-        with open(f"{out}/{name}.yaml", "w", encoding="utf-8") as f:
-            f.write(task.format(data=f"{out}/{name}.jsonl"))
+        with open_new(f"{out}/{name}.yaml", "w") as f:
+            f.write(task.format(data=quoted(f"{out}/{name}.jsonl")))
+
+
+def quoted(text: str) -> str:
+    """``text`` as one double-quoted YAML scalar (ASCII, escapes for the rest), on one line."""
+    return yaml.safe_dump(text, default_style='"', width=float("inf")).strip()
 
 
 def main() -> None:

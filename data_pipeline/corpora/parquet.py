@@ -5,11 +5,16 @@ checked against limits.DECOMPRESSED_BYTES; once read, the bytes its values decod
 before any becomes a Python string, as a dictionary-encoded column is read as its dictionary and
 indices (a 105 KB file can hold a million references to one long value: 4.6 GB once decoded).
 Values become strings in batches of bounded bytes; one over limits.RECORD_BYTES never does.
+
+A plain column is read in record batches of about BATCH_BYTES (by its metadata's bytes a row),
+its pages 1 MiB at a time, so memory follows the batch, not the row group (a 200 MB group read
+whole peaked at 1.5 GB); the decoded bytes are counted as the batches come. A dictionary-encoded
+column is read whole, as its dictionary and indices (compact: the cap's rows check bounds them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 import numpy as np
@@ -20,8 +25,9 @@ import pyarrow.parquet as pq
 from data_pipeline.limits import DECOMPRESSED_BYTES, OVERSIZED, RECORD_BYTES, STREAM_RECORDS
 from data_pipeline.shards.errors import CorpusFormatError
 
-# Decoded bytes of text a batch makes Python strings of at once.
+# Decoded bytes of text a batch makes Python strings of at once (and a plain column is read by).
 BATCH_BYTES = 1 << 26
+READ_BUFFER = 1 << 20  # bytes of a column chunk read at once
 TEXT_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
               pa.types.is_large_binary)  # fmt: skip
 
@@ -30,7 +36,7 @@ def row_batches(f: BinaryIO, url: str, field: str, start: int, stop: int) -> Ite
     """Numbered batches of the values of column ``field`` of the row groups whose first byte is
     in [start, stop) (rows numbered from 1 in the file)."""
     try:
-        parquet = pq.ParquetFile(f)
+        parquet = pq.ParquetFile(f, buffer_size=READ_BUFFER, pre_buffer=False)
     except Exception as err:  # pyarrow raises its own ArrowInvalid for a bad file
         raise CorpusFormatError(f"{url} is not a Parquet file: {err}") from err
     names = parquet.schema_arrow.names
@@ -40,6 +46,7 @@ def row_batches(f: BinaryIO, url: str, field: str, start: int, stop: int) -> Ite
             f"{url} has no column {field!r} (columns: {shown}); set --text-field"
         )
     column = names.index(field)
+    check_type(parquet.schema_arrow.field(column).type, url, field)
     by_dictionary = None  # opened at the first dictionary-encoded row group
     row = 0
     for group, first_byte, rows in row_groups(parquet.metadata):
@@ -47,13 +54,31 @@ def row_batches(f: BinaryIO, url: str, field: str, start: int, stop: int) -> Ite
             where = f"{url}: row group {group}"
             chunk = parquet.metadata.row_group(group).column(column)
             check_metadata(chunk.total_uncompressed_size, rows, where)
-            reader = parquet
             if chunk.has_dictionary_page:
                 by_dictionary = by_dictionary or pq.ParquetFile(f, read_dictionary=[field])
-                reader = by_dictionary
-            values = reader.read_row_group(group, columns=[field]).column(0)
+                values = by_dictionary.read_row_group(group, columns=[field]).column(0).chunks
+                check_decoded(sum(int(decoded_sizes(v).sum()) for v in values), where)
+            else:
+                size = max(rows * BATCH_BYTES // max(chunk.total_uncompressed_size, 1), 1)
+                batches = parquet.iter_batches(
+                    min(size, STREAM_RECORDS),
+                    row_groups=[group],
+                    columns=[field],
+                    use_threads=False,
+                )
+                values = (batch.column(0) for batch in batches)
             yield from value_batches(values, row, where)
         row += rows
+
+
+def check_type(column: pa.DataType, url: str, field: str) -> None:
+    """Refuse a text column that holds no text (a list of strings, numbers) in one line."""
+    values = column.value_type if pa.types.is_dictionary(column) else column
+    if not any(is_text(values) for is_text in TEXT_TYPES):
+        raise CorpusFormatError(
+            f"{url}: column {field!r} holds {str(column)!r}, not text (a string or binary column); "
+            "set --text-field to its text column, or write the text as one string a row"
+        )
 
 
 def check_metadata(uncompressed: int, rows: int, where: str) -> None:
@@ -66,19 +91,24 @@ def check_metadata(uncompressed: int, rows: int, where: str) -> None:
         )
 
 
-def value_batches(values: pa.ChunkedArray, row: int, where: str) -> Iterator[list]:
-    """Numbered batches of a row group's text values (rows numbered after ``row``), a value
-    over limits.RECORD_BYTES as OVERSIZED; refused if they decode to more than
-    limits.DECOMPRESSED_BYTES."""
-    sizes = [decoded_sizes(chunk) for chunk in values.chunks]
-    total = sum(int(s.sum()) for s in sizes)
+def check_decoded(total: int, where: str, more: str = "") -> None:
+    """Refuse a row group whose text decodes to more than limits.DECOMPRESSED_BYTES."""
     if total > DECOMPRESSED_BYTES.value():
         raise CorpusFormatError(
-            f"{where} decodes to {total} bytes of text, over {DECOMPRESSED_BYTES.named()}: write "
-            "it in smaller row groups (or raise the cap for a file you trust)"
+            f"{where} decodes to {more}{total} bytes of text, over {DECOMPRESSED_BYTES.named()}: "
+            "write it in smaller row groups (or raise the cap for a file you trust)"
         )
-    most = RECORD_BYTES.value()
-    for chunk, chunk_sizes in zip(values.chunks, sizes):
+
+
+def value_batches(values: Iterable[pa.Array], row: int, where: str) -> Iterator[list]:
+    """Numbered batches of a row group's text values (rows numbered after ``row``), a value
+    over limits.RECORD_BYTES as OVERSIZED; refused once they decode to more than
+    limits.DECOMPRESSED_BYTES."""
+    most, total = RECORD_BYTES.value(), 0
+    for chunk in values:
+        chunk_sizes = decoded_sizes(chunk)
+        total += int(chunk_sizes.sum())
+        check_decoded(total, where, "at least ")
         oversized = chunk_sizes > most
         for a, b in batch_bounds(np.where(oversized, 0, chunk_sizes)):
             over = oversized[a:b]

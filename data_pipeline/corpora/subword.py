@@ -22,6 +22,7 @@ import contextlib
 import copy
 import functools
 import hashlib
+import logging
 import os
 from collections.abc import Iterable, Iterator
 from functools import cached_property
@@ -35,6 +36,8 @@ from data_pipeline.corpora.bytelevel import ByteLevelEncoder, Encoded, PreTokenT
 from data_pipeline.corpora.tokenizer_spec import check_ids, check_spec, too_large
 from data_pipeline.limits import PRE_TOKEN_BYTES, TOKENIZER_BYTES, VOCAB_SIZE
 from data_pipeline.shards.errors import CorpusFormatError, reading
+
+log = logging.getLogger(__name__)
 
 TOKENIZER_FILE = "tokenizer.json"
 BPE_PREFIX = "bpe:"
@@ -71,7 +74,11 @@ class Subword:
         """The tokenizer serialized as ``json_text``, checked before the library parses it
         (tokenizer_spec.py; ``where`` names it in errors). ``eos`` names its end-of-document
         token (``--eos-token``); None: the first of EOS_NAMES it holds, if any."""
-        check_spec(json_text, where)
+        if settings := check_spec(json_text, where):
+            log.warning(
+                "%s sets %s: turned off, every document is encoded whole and unpadded",
+                where, " and ".join(settings),
+            )  # fmt: skip
         self.json_text = json_text
         with library_errors(f"{where} is not a tokenizers tokenizer.json"):
             self.tokenizer  # noqa: B018 -- parse now: a bad file is refused where it is named
@@ -119,8 +126,11 @@ class Subword:
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
-        """The library's tokenizer."""
-        return Tokenizer.from_str(self.json_text)
+        """The library's tokenizer, its truncation and padding off (tokenizer_spec.py)."""
+        tokenizer = Tokenizer.from_str(self.json_text)
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        return tokenizer
 
     def __getstate__(self) -> dict:
         # the parsed tokenizer is rebuilt on first use

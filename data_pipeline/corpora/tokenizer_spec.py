@@ -7,6 +7,12 @@ and every component is one of ALLOWED, its regular expressions (a Split pre-toke
 Replace's) only KNOWN_PATTERNS: those of the tokenizers in wide use. TXL_TRUST_TOKENIZER=1
 accepts any pattern of a file you trust. Once parsed, its token ids must be exactly 0..size-1:
 the rows of the model's embedding.
+
+A file may also say how to encode: `truncation` (a length past which every text is cut),
+`padding` (pad ids inside the documents; a huge fixed length aborts the library) and a BPE's
+`dropout` (merges skipped at random). Files saved with truncation on are common, so truncation
+and padding are turned off (subword.py, with one warning); dropout, which would make every
+encoding differ, is refused.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ SEQUENCE_PARTS = {
     "decoder": "decoders",
     "post_processor": "processors",
 }
+ENCODING_SETTINGS = ("truncation", "padding")
+"""What a tokenizer.json may set that txl-dist turns off: every document is encoded whole."""
 # Regular expressions of the tokenizers in wide use, by whose they are.
 KNOWN_PATTERNS = {
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+": "GPT-2's",
@@ -56,9 +64,10 @@ KNOWN_PATTERNS = {
 }
 
 
-def check_spec(json_text: str, where: str) -> None:
-    """Refuse a tokenizer.json over the caps or holding a component not allowed, in one line
-    naming ``where`` and the component's key."""
+def check_spec(json_text: str, where: str) -> list[str]:
+    """Refuse a tokenizer.json over the caps, holding a component not allowed or a BPE dropout,
+    in one line naming ``where`` and the component's key; the ENCODING_SETTINGS it sets, which
+    the caller turns off."""
     if len(json_text) > TOKENIZER_BYTES.value():  # characters: at most as many as bytes
         raise too_large(where)
     try:
@@ -70,6 +79,18 @@ def check_spec(json_text: str, where: str) -> None:
     for key in ALLOWED:
         check_component(spec.get(key), key, key, where)
     check_vocabulary_size(spec, where)
+    check_dropout(spec.get("model"), where)
+    return [key for key in ENCODING_SETTINGS if spec.get(key) is not None]
+
+
+def check_dropout(model: object, where: str) -> None:
+    """Refuse a BPE dropout: merges skipped at random, so no two encodings of a text agree."""
+    dropout = model.get("dropout") if isinstance(model, dict) else None
+    if dropout not in (None, 0, 0.0):
+        raise CorpusFormatError(
+            f"{where}: model.dropout is {dropout!r}: BPE dropout segments text at random (for "
+            "training a tokenizer's users, not for preparing data); set it to null"
+        )
 
 
 def too_large(where: str) -> CorpusFormatError:

@@ -92,3 +92,33 @@ def test_a_subword_prompt_is_its_ids_and_generated_ids_come_out_as_whole_charact
     pieces = list(text.pieces(iter(ids), prompt="the dog"))
     assert "".join(pieces) == generated
     assert not any(INCOMPLETE in piece for piece in pieces)
+
+
+def test_a_tokenizer_json_encodes_whole_and_unpadded_and_refuses_dropout(tmp_path, caplog):
+    """An export's tokenizer.json (txl-generate, txl-eval --text, the harness, the HF export):
+    truncation and padding turned off with one warning naming it, a BPE dropout refused."""
+    subword = Subword.train_bpe(300, iter(["the cat sat on the mat\n", "a dog sat\n"] * 20))
+    spec = json.loads(subword.json_text)
+    spec["truncation"] = {
+        "direction": "Right",
+        "max_length": 1,
+        "strategy": "LongestFirst",
+        "stride": 0,
+    }
+    spec["padding"] = {
+        "strategy": {"Fixed": 64}, "direction": "Left", "pad_to_multiple_of": None,
+        "pad_id": 0, "pad_type_id": 0, "pad_token": "a",
+    }  # fmt: skip
+    path = tmp_path / TOKENIZER_FILE
+    path.write_text(json.dumps(spec))
+    text = ExportText(str(tmp_path))
+    assert text.encode("the dog sat")[0].tolist() == subword.encode("the dog sat")
+    assert text.prompt("the cat").tolist() == [subword.eos_id, *subword.encode("the cat")]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path} sets truncation and padding: turned off, every document is encoded whole and "
+        "unpadded"
+    ]
+    spec["model"]["dropout"] = 0.5
+    path.write_text(json.dumps(spec))
+    with pytest.raises(DataError, match=re.escape(f"{path}: model.dropout is 0.5: BPE dropout")):
+        ExportText(str(tmp_path))

@@ -27,8 +27,8 @@ data once, and reports each model's effective context and, for several --model, 
 --tasks runs lm-evaluation-harness tasks (its flags' names and meanings, underscores accepted)
 on one rank, with the memory kept (txl_dist.harness): it prints the harness's table and writes
 its results JSON under --output-path. Task files are code: a `!function` of one outside the
-harness's own tasks is refused and templates render in Jinja's sandbox, unless
---trust-task-code.
+harness's own tasks and a metric outside the harness's registry are refused and templates render
+in Jinja's sandbox, unless --trust-task-code.
 """
 
 from __future__ import annotations
@@ -139,8 +139,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )  # fmt: skip
     harness.add_argument(
         "--trust-task-code", action="store_true",
-        help="let task files run code (!function, templates outside the sandbox): only for "
-        "task files you trust",
+        help="let task files run code (!function, templates outside the sandbox, metrics "
+        "evaluate.load gives): only for task files you trust",
     )  # fmt: skip
     harness.add_argument("--output-path", "--output_path", help="directory for the results JSON")
     harness.add_argument("--num-fewshot", "--num_fewshot", type=int, help="few-shot examples")

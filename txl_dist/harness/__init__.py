@@ -3,7 +3,8 @@
 `TXLM` is the harness's `LM`, registered as model "txl"; `txl-eval --tasks` runs it through the
 harness's own evaluator (txl_dist.harness.tasks).
 
-lm.py: `TXLM`; tasks.py: `txl-eval --tasks`; trust.py: what task files may run.
+lm.py: `TXLM`; tasks.py: `txl-eval --tasks`; trust.py: what task files may run; sandbox.py: the
+bound on what a template may build.
 """
 
 from txl_dist.harness.lm import TXLM

@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from data_pipeline.corpora import parquet
+
 from .test_records import assert_split_is_the_library_encoding, one_line_error, run_prepare
 
 
@@ -100,3 +102,42 @@ def test_column_names_are_printed_escaped(tmp_path, tokenizer_file, capsys, name
     error = one_line_error(capsys)
     assert f"has no column 'text' (columns: {escaped}); set --text-field" in error
     assert not {"\x1b", "\x07", "\u202e"} & set(error)
+
+
+@pytest.mark.parametrize(
+    "values, shown",
+    [
+        (pa.array([["some text", "more"], ["text"]]), "'list<element: string>'"),
+        (pa.array([{"\x1b[2J": "text"}]), r"'struct<\x1b[2J: string>'"),  # names escaped
+        (pa.array([1, 2]), "'int64'"),
+    ],
+)
+def test_a_text_column_without_text_is_one_line(tmp_path, tokenizer_file, capsys, values, shown):
+    (tmp_path / "src").mkdir()
+    pq.write_table(pa.table({"text": values}), tmp_path / "src" / "news.parquet")
+    options = ["--dataset", "parquet", "--tokenizer", tokenizer_file, "--skip-bad-records"]
+    assert run_prepare(tmp_path / "src", tmp_path / "out", *options) == 2
+    error = one_line_error(capsys)
+    assert f"news.parquet: column 'text' holds {shown}, not text" in error, error
+    assert "set --text-field to its text column" in error and "\x1b" not in error
+
+
+def test_a_plain_row_group_is_read_in_batches_of_bounded_memory(
+    tmp_path, lm1b_sentences, monkeypatch
+):
+    """32 MB of text in one row group, read with batches of 1 MiB: Arrow's memory peaks at a
+    few batches, not the group (read whole, it took more than the group)."""
+    monkeypatch.setattr(parquet, "BATCH_BYTES", 1 << 20)
+    values = [(" ".join(lm1b_sentences[i : i + 40]))[:1000].ljust(1000) for i in range(32_000)]
+    path = tmp_path / "news.parquet"
+    write(path, values, False, row_group_size=len(values))
+    previous = pa.default_memory_pool()
+    pool = pa.proxy_memory_pool(previous)  # counts what Arrow allocates while reading
+    pa.set_memory_pool(pool)
+    try:
+        with open(path, "rb") as f:
+            batches = list(parquet.row_batches(f, "news", "text", 0, 1 << 40))
+    finally:
+        pa.set_memory_pool(previous)
+    assert [text for batch in batches for _, text in batch] == values
+    assert pool.max_memory() < 8 << 20, pool.max_memory()

@@ -5,6 +5,7 @@ its ids; the library's panics are one line."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from .test_records import (
     assert_split_is_the_library_encoding,
     one_line_error,
     run_prepare,
+    split_tokens,
     write_jsonl,
 )
 
@@ -194,6 +196,62 @@ def test_token_ids_must_be_the_rows_of_the_embedding(
     assert "tokenizer.json: its 400 tokens must have the ids 0..399, found " in error, error
     assert found in error, error
     assert not (tmp_path / "out" / "train").exists()
+
+
+PADDING = {
+    "direction": "Right",
+    "pad_to_multiple_of": None,
+    "pad_id": 0,
+    "pad_type_id": 0,
+    "pad_token": "a",
+}
+TRUNCATION = {"direction": "Right", "strategy": "LongestFirst", "stride": 0}
+# Encoding settings a tokenizer.json may hold (the key the warning names): each changed what
+# txl-prepare wrote, silently; the huge fixed padding aborted a worker and left it hanging.
+SETTINGS = {
+    "truncation to 1 token": ({"truncation": {**TRUNCATION, "max_length": 1}}, "truncation"),
+    "a fixed padding": ({"padding": {**PADDING, "strategy": {"Fixed": 20000}}}, "padding"),
+    "a huge fixed padding": ({"padding": {**PADDING, "strategy": {"Fixed": 10**12}}}, "padding"),
+    "both": (
+        {
+            "truncation": {**TRUNCATION, "max_length": 3},
+            "padding": {**PADDING, "strategy": "BatchLongest"},
+        },
+        "truncation and padding",
+    ),
+}
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_truncation_and_padding_are_turned_off_with_one_warning(
+    tmp_path, source, tokenizer_file, lm1b_sentences, caplog, setting
+):
+    settings, named = SETTINGS[setting]
+    tokenizer = edited(tokenizer_file, tmp_path, lambda s: s.update(settings))
+    options = ["--dataset", "jsonl", "--tokenizer", tokenizer, "--workers", "2"]
+    with caplog.at_level(logging.WARNING):
+        assert run_prepare(source, tmp_path / "out", *options) == 0
+    warned = [r.getMessage() for r in caplog.records if "turned off" in r.getMessage()]
+    assert warned == [
+        f"{tokenizer} sets {named}: turned off, every document is encoded whole and unpadded"
+    ]
+    library = Tokenizer.from_file(tokenizer_file)  # the file as it was, without the setting
+    eos = library.token_to_id("<|endoftext|>")
+    expected = [i for d in lm1b_sentences[:200] for i in library.encode(d).ids + [eos]]
+    assert split_tokens(tmp_path / "out", "train").tolist() == expected
+
+
+@pytest.mark.parametrize("dropout", [0.9, 1e-9])
+def test_a_bpe_dropout_is_refused(tmp_path, source, tokenizer_file, capsys, dropout):
+    tokenizer = edited(tokenizer_file, tmp_path, lambda s: s["model"].update(dropout=dropout))
+    options = ["--dataset", "jsonl", "--tokenizer", tokenizer]
+    assert run_prepare(source, tmp_path / "out", *options) == 2
+    error = one_line_error(capsys)
+    assert (
+        f"tokenizer.json: model.dropout is {dropout!r}: BPE dropout segments text at random"
+        in error
+    )
+    assert "set it to null" in error and not (tmp_path / "out" / "train").exists()
 
 
 def test_a_panic_of_the_library_is_one_error(lm1b_sentences):
