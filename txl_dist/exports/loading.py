@@ -23,7 +23,8 @@ EVAL_ROWS = 10
 """Rows an evaluation scores side by side unless told: the reference eval.py's batch size."""
 
 DATA_FILE = "data.json"
-"""What the model was trained on: {"dataset": name, "level": "char" or "word"}, how its run
+"""What the model was trained on: {"dataset": name, "level": "char", "word" or "subword"
+(exports of subword data from before it was recorded say "word")}, how its run
 evaluated: {"evaluation": {"rows": global evaluation rows, "dtype": the run's precision}}, and
 for subword data its tokenizer.json's record: {"tokenizer": {"sha256": ..., "bytes": ...}} and
 the end-of-document token its data was prepared with: {"eos_token": text}."""
