@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from tokenizers import Tokenizer
 
 from data_pipeline import DATASETS
 from data_pipeline.corpora.encoding import in_vocab
@@ -381,3 +382,28 @@ def test_our_commands_name_a_hugging_face_export_for_what_it_is(hf_words_dir, tm
         )
     with pytest.raises(ValueError, match="is a Hugging Face export"):  # the harness's way in
         load_for_evaluation(str(hf_words_dir), torch.device("cpu"))
+
+
+def test_a_subword_export_encodes_whole_whatever_its_tokenizer_json_says(tmp_path, monkeypatch):
+    """A tokenizer.json saved with truncation and padding on (common) and a post-processor
+    that adds tokens: txl-prepare encoded without them, and so does the exported tokenizer
+    (the end token before the text its only addition)."""
+    subword = Subword.train_bpe(300, iter(["the cat sat on the mat\n", "a dog sat\n"] * 20))
+    spec = json.loads(subword.json_text)
+    spec["truncation"] = {"direction": "Right", "max_length": 1, "strategy": "LongestFirst",
+                          "stride": 0}  # fmt: skip
+    spec["padding"] = {"strategy": {"Fixed": 64}, "direction": "Right", "pad_to_multiple_of": None,
+                       "pad_id": 1, "pad_type_id": 0, "pad_token": "x"}  # fmt: skip
+    spec["post_processor"] = {"type": "BertProcessing", "sep": ["a", 1], "cls": ["b", 2]}
+    config = TXLConfig(n_token=len(subword), n_layer=1, n_head=2, d_model=8, d_head=4)
+
+    def tokenizer_files(directory: str) -> None:
+        (Path(directory) / TOKENIZER_FILE).write_text(json.dumps(spec))
+
+    save_hf(TransformerXL(config), str(tmp_path / "txl-hf"), tokenizer_files)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(tmp_path / "txl-hf")
+    text = "the cat sat on the mat"
+    assert tokenizer(text)["input_ids"] == [0, *subword.encode(text)]
+    library = Tokenizer.from_file(str(tmp_path / "txl-hf" / TOKENIZER_FILE))  # used alone
+    assert library.encode(text).ids == [0, *subword.encode(text)]

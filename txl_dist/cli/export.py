@@ -227,12 +227,13 @@ def readme(ckpt: Checkpoint, dtype: str, format: str, subword: bool = False) -> 
     mixed = cfg.data.mix is not None
     evals = [eval_line(r, mixed) for r in eval_records(ckpt)] or ["- none recorded at this step"]
     weights = TORCH_FILE if format == "torch" else SAFETENSORS_FILE
-    data_path = shared_text(cfg.data.root)  # in a code block: Markdown is not read there
+    # in a code block below: Markdown is not read there
+    data_path, split = shared_text(cfg.data.root), shared_text(cfg.data.valid_split)
     return "\n".join(
         [
             "# Transformer-XL exported by txl-export",
             "",
-            f"- checkpoint: {card_text(os.path.basename(os.path.abspath(ckpt.path)))} (run "
+            f"- checkpoint: {card_text(os.path.basename(ckpt.path))} (run "
             f"{card_text(client.run_id)}), step {ckpt.step} of {cfg.train.max_steps}",
             f"- training: ZeRO stage {cfg.zero_stage} on {client.world_size} ranks, "
             f"{precision}, {cfg.train.global_rows} global rows x tgt_len {cfg.model.tgt_len}, "
@@ -258,8 +259,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str, subword: bool = False) -> 
                     "```",
                     "from txl_dist.model import TransformerXL",
                     "model = TransformerXL.from_pretrained(DIR)",
-                    f"txl-eval --model DIR --data {data_path} --split "
-                    f"{shared_text(cfg.data.valid_split)} "
+                    f"txl-eval --model DIR --data {data_path} --split {split} "
                     f"--batch-size {rows} --dtype {precision}   # the engine's evaluation",
                     'txl-generate --model DIR --prompt "The" --max-tokens 50',
                     "```",

@@ -156,10 +156,12 @@ def save_starting_with(tokenizer: Tokenizer, start: str | None, directory: str) 
     `start` (None: nothing) before a text, and before a second text too.
 
     A `ByteLevel` post-processor (offsets only) is kept, any other dropped: txl-prepare encoded
-    without it (add_special_tokens=False). Written as JSON: the library's template strings
-    cannot hold a token with a space or a colon (txl-prepare --eos-token takes any text).
+    without it (add_special_tokens=False); truncation and padding are off. Written as JSON:
+    the library's template strings cannot hold a token with a space or a colon (txl-prepare
+    --eos-token takes any text).
     """
     spec = json.loads(tokenizer.to_str())
+    spec.update(truncation=None, padding=None)  # txl-prepare encoded every document whole
     kept = spec.get("post_processor")
     steps = [kept] if isinstance(kept, dict) and kept.get("type") == "ByteLevel" else []
     if start is not None:
