@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 
 SCORE_OF_LEVEL = {"word": "ppl", "subword": "ppl", "char": "bpc"}
-"""The score each data level reports beside the loss. Manifests and checkpoints name two levels,
-char and word (any data scored in perplexity); txl-eval names data a tokenizer.json reads
-subword, so a perplexity per subword token is not taken for one per word."""
+"""The score each data level reports beside the loss. Manifests, checkpoints and exports name
+subword data subword (older ones word: reported_level), so a perplexity per subword token is not
+taken for one per word."""
 
 TOKEN_OF_LEVEL = {"word": "word", "subword": "subword token", "char": "character"}
 """What a token is at each level: what a loss and a perplexity are per."""
@@ -24,7 +24,7 @@ LABELS = {"ppl": "perplexity", "bpc": "bits per character"}
 
 def reported_level(recorded: str, subword: bool) -> str:
     """The level to report of data whose manifest or checkpoint records ``recorded``: subword
-    where a tokenizer.json reads it (they record it as word-level)."""
+    where a tokenizer.json reads it (those written before the subword level record word)."""
     return "subword" if subword else recorded
 
 

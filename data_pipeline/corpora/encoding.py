@@ -181,7 +181,8 @@ class Tokenization(Protocol):
     """How the bytes of whole documents become tokens (WordLines, Characters)."""
 
     level: ClassVar[str]
-    """``word`` or ``char`` (the loss of char-level data reads as bits per character)."""
+    """``word``, ``subword`` or ``char`` (the loss of char-level data reads as bits per
+    character)."""
 
     def encode(
         self, data: bytes, url: str, first: int, last: int, vocab: Vocab | None

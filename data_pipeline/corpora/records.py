@@ -107,7 +107,7 @@ class Texts:
     records are read by ``RecordDocuments`` (never as a byte range of text), which hands their
     values to ``texts``."""
 
-    level: ClassVar[str] = "word"  # losses read as perplexity per (subword) token
+    level: ClassVar[str] = "subword"  # losses read as perplexity per subword token
     text_field: str = "text"
     """The record field holding a document's text."""
     skip_bad_records: bool = False

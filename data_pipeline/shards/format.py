@@ -125,8 +125,9 @@ class Manifest:
     shards: list[ShardInfo]
     """Shards in corpus order."""
     level: str = "word"
-    """``char`` or ``word``: what one token is (char-level losses read as bits per character);
-    manifests written before this field are word-level."""
+    """``char``, ``word`` or ``subword``: what one token is (char-level losses read as bits per
+    character); manifests written before this field are word-level, and subword data prepared
+    before ``subword`` was recorded says ``word`` (its tokenizer.json tells it apart)."""
     tokenizer_sample_bytes: int | None = None
     """``--tokenizer bpe:N``: bytes of the train split's source the tokenizer was trained on (a
     sample spread evenly over it); None when the vocabulary was given or built from all of it."""
@@ -165,7 +166,7 @@ class Manifest:
             raise ManifestError(f"{url} is not a valid manifest: {err}") from err
 
 
-LEVELS = ("char", "word")
+LEVELS = ("char", "word", "subword")
 # A shard is a file beside its manifest: no scheme, no directory, no way up.
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # the whole name: fullmatch
 # Counts and offsets above this (256 TiB) are refused: their sums and products by TOKEN_BYTES

@@ -198,5 +198,7 @@ def test_a_manifest_level_defaults_to_word_and_is_checked():
            "vocab_size": 3, "vocab_sha256": "x", "tokens": 0, "documents": 0, "oov_tokens": 0,
            "fingerprint": "f", "shards": []}  # fmt: skip
     assert Manifest.from_json(json.dumps(raw), "m.json").level == "word"
-    with pytest.raises(ManifestError, match=r"m\.json: level 'byte' is not one of char, word"):
+    with pytest.raises(
+        ManifestError, match=r"m\.json: level 'byte' is not one of char, word, subword"
+    ):
         Manifest.from_json(json.dumps({**raw, "level": "byte"}), "m.json")

@@ -11,15 +11,20 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from tokenizers import Tokenizer
 
+from data_pipeline import DATASETS
+from data_pipeline.corpora.encoding import in_vocab
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.vocab import Vocab
 from tests.cli.test_generate import char_model_dir
 from tests.data_pipeline import paper_inputs as pi
 from tests.data_pipeline.corpora.test_subword import renamed_end_token
+from txl_dist.cli import USAGE_ERROR
+from txl_dist.cli import evaluate as txl_eval
 from txl_dist.cli import generate as txl_generate
 from txl_dist.exports.generation import Sampling, generate
-from txl_dist.exports.loading import DATA_FILE
+from txl_dist.exports.loading import DATA_FILE, load_for_evaluation
 from txl_dist.exports.text import ExportText
 from txl_dist.hf.export import save_hf
 from txl_dist.model import TransformerXL, TXLConfig
@@ -129,44 +134,87 @@ def assert_batched_is_each_alone(
     assert len({tuple(row) for row in alone}) == len(prompts)
 
 
+def shard_ids(text: str, vocab: Vocab) -> list[int]:
+    """The ids txl-prepare writes into the shards for `text`, a file of WikiText lines."""
+    data = text.encode()
+    words = DATASETS["wikitext-103"].documents.tokenization
+    return in_vocab(words.encode(data, "text", 0, len(data), vocab), vocab).ids.tolist()
+
+
 def test_auto_tokenizer_reads_text_as_the_data_was_prepared(hf_words_dir, tmp_path, monkeypatch):
-    """No remote code: tokenizer.json is a WordLevel model over vocab.txt, a line break is
-    <eos> and an unknown word <unk>, exactly as txl-generate and txl-eval --text read text."""
+    """No remote code: tokenizer.json is a WordLevel model over vocab.txt that reads text as
+    txl-prepare did (a line break, \\r included, is <eos>, \\x1f parts words, "<eos>" inside a
+    word is part of it, an unknown word <unk>), after the <eos> txl-generate starts with."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_words_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_words_dir, trust_remote_code=False)
     text = "w2 w7  w3\nw9 nope\n"
     WORDS.save(str(tmp_path / VOCAB_FILE))  # a plain export's vocabulary, as our commands read it
-    assert tokenizer(text)["input_ids"] == ExportText(str(tmp_path)).encode(text)[0].tolist()
-    assert tokenizer.eos_token == tokenizer.pad_token == "<eos>" and tokenizer.unk_token == "<unk>"
+    assert tokenizer(text)["input_ids"] == [0, *ExportText(str(tmp_path)).encode(text)[0].tolist()]
+    odd = "w2<eos>w3 w4\rw5 w6\x1fw7 w8<unk> <unk> <eos> w9\r\nw10 w11\x1cw12\n"
+    assert tokenizer(odd, add_special_tokens=False)["input_ids"] == shard_ids(odd, WORDS)
+    assert tokenizer.eos_token == tokenizer.pad_token == tokenizer.bos_token == "<eos>"
+    assert tokenizer.unk_token == "<unk>"
     assert tokenizer.decode(tokenizer(text)["input_ids"], skip_special_tokens=True) == "w2 w7 w3 w9"
     generation = json.loads((hf_words_dir / "generation_config.json").read_text())
-    assert generation == {"eos_token_id": 0, "pad_token_id": 0}
+    assert generation == {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+
+
+def test_the_tokenizer_loads_without_running_the_directory_s_code(hf_words_dir, tmp_path):
+    """AutoTokenizer reads config.json first, which names configuration_txl.py: with
+    trust_remote_code=False (or PreTrainedTokenizerFast) that code never runs, and the
+    tokenizer is the same."""
+    planted = tmp_path / "txl-hf"
+    shutil.copytree(hf_words_dir, planted)
+    marker = tmp_path / "ran"
+    code = (planted / "configuration_txl.py").read_text()
+    (planted / "configuration_txl.py").write_text(f"{code}\nopen({str(marker)!r}, 'w')\n")
+    read = [
+        transformers.AutoTokenizer.from_pretrained(planted, trust_remote_code=False),
+        transformers.PreTrainedTokenizerFast.from_pretrained(planted),
+    ]
+    assert [t("w3 w4")["input_ids"] for t in read] == [[0, 3, 4]] * 2
+    assert not marker.exists()
+    transformers.AutoConfig.from_pretrained(planted, trust_remote_code=True)
+    assert marker.exists()  # the planted line would have shown it
+
+
+def txl_generate_json(capsys, model_dir, prompt: str, steps: int) -> dict:
+    """txl-generate --temperature 0 --json's report for `prompt`."""
+    argv = ["--model", str(model_dir), "--prompt", prompt, "--temperature", "0", "--json"]
+    assert txl_generate.main([*argv, "--max-tokens", str(steps)]) == 0
+    return json.loads(capsys.readouterr().out)
 
 
 def test_pipeline_generates_what_txl_generate_does_and_stops_at_the_end_token(
-    ours, hf_words_dir, monkeypatch
+    ours, hf_words_dir, tmp_path, monkeypatch, capsys
 ):
+    """From a prompt as transformers users give it: the ids txl-generate continues (after
+    <eos>) and its greedy tokens, up to the <eos> where generate() stops."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    ours.save_pretrained(tmp_path / "txl", write_extra=lambda d: WORDS.save(f"{d}/{VOCAB_FILE}"))
     pipe = transformers.pipeline("text-generation", model=str(hf_words_dir), trust_remote_code=True)
-    steps = 16
-    got = pipe("w3 w17 w25 w4 w9", max_new_tokens=steps, do_sample=False, return_full_text=False)
-    prompt = torch.tensor([3, 17, 25, 4, 9])
-    ids = [t for t, _ in generate(ours, prompt, steps, Sampling(temperature=0), torch.Generator())]
+    steps, prompt = 16, "w3 w17 w25 w4 w9"
+    got = pipe(prompt, max_new_tokens=steps, do_sample=False, return_full_text=False)
+    expected = txl_generate_json(capsys, tmp_path / "txl", prompt, steps)
+    ids = expected["ids"]
     assert 0 in ids and len(set(ids)) > 2  # ours goes on past <eos> (id 0), with some variety
     ended = ids[: ids.index(0)]
-    model = pipe.model  # generate() alone stops there too, by generation_config.json
-    with torch.no_grad():
-        alone = model.generate(prompt[None], max_new_tokens=steps, do_sample=False)
-    assert alone[0, len(prompt) :].tolist() == [*ended, 0]
+    inputs = pipe.tokenizer(prompt, return_tensors="pt")
+    assert inputs.input_ids[0].tolist() == expected["prompt_ids"]
+    with torch.no_grad():  # generate() alone stops there too, by generation_config.json
+        alone = pipe.model.generate(**inputs, max_new_tokens=steps, do_sample=False)
+    assert alone[0, inputs.input_ids.size(1) :].tolist() == [*ended, 0]
     assert got[0]["generated_text"].split() == [w for w in WORDS.decode(ended) if w != "<unk>"]
 
 
-@pytest.mark.parametrize("end", ["<|endoftext|>", "<|doc_end|>"])
-def test_a_subword_export_names_its_end_of_text_token_and_generate_stops_at_it(
-    end, tmp_path, monkeypatch
+@pytest.mark.parametrize("end", ["<|endoftext|>", "<|doc end: 1|>"])
+def test_a_subword_export_starts_and_ends_documents_at_its_end_token_as_txl_generate(
+    end, tmp_path, monkeypatch, capsys
 ):
     """The end token is the one data.json names (txl-export records the data's, of any name:
-    txl-prepare --eos-token); an export without that record takes the tokenizer's own."""
+    txl-prepare --eos-token; an export without that record takes the tokenizer's own): the
+    tokenizer puts it before a prompt, as txl-generate does and every training document
+    follows it, and generate() and pipeline stop at it, token for token txl-generate's."""
     subword = Subword.train_bpe(300, iter(["the cat sat on the mat\n", "a dog sat\n"] * 20))
     tokenizer_json = renamed_end_token(subword, end)
     torch.manual_seed(0)
@@ -177,28 +225,33 @@ def test_a_subword_export_names_its_end_of_text_token_and_generate_stops_at_it(
     model = TransformerXL(config).eval()
     with torch.no_grad():  # the end-of-text token likely, so greedy draws it in a few steps
         model.crit.out_layers[0].bias[subword.eos_id] = 7.0
-    out = tmp_path / "txl-hf"
 
     def tokenizer_files(directory: str) -> None:
         (Path(directory) / TOKENIZER_FILE).write_text(tokenizer_json)
         if end != subword.eos:
             (Path(directory) / DATA_FILE).write_text(json.dumps({"eos_token": end}))
 
-    save_hf(model, str(out), tokenizer_files)
+    save_hf(model, str(tmp_path / "txl-hf"), tokenizer_files)
+    model.save_pretrained(tmp_path / "txl", write_extra=tokenizer_files)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    pipe = transformers.pipeline(
+        "text-generation", model=str(tmp_path / "txl-hf"), trust_remote_code=True
+    )
+    tokenizer = pipe.tokenizer
     assert tokenizer.eos_token == tokenizer.bos_token == tokenizer.pad_token == end
-    generation = json.loads((out / "generation_config.json").read_text())
+    generation = json.loads((tmp_path / "txl-hf" / "generation_config.json").read_text())
     assert generation == {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
-    prompt = torch.tensor([0, *subword.encode("the cat")])  # a document starts after it
-    steps = 40
-    ours = [t for t, _ in generate(model, prompt, steps, Sampling(temperature=0), torch.Generator(),
-                                   stop=0)]  # fmt: skip
-    assert 0 < len(ours) < steps  # ours stopped at the token: so does generate(), by its config
+    steps, prompt = 40, "the cat"
+    expected = txl_generate_json(capsys, tmp_path / "txl", prompt, steps)
+    assert expected["prompt_ids"] == [0, *subword.encode(prompt)]
+    assert 0 < len(expected["ids"]) < steps  # ours stopped at the token: so does generate()
+    inputs = tokenizer(prompt, return_tensors="pt")
+    assert inputs.input_ids[0].tolist() == expected["prompt_ids"]
     with torch.no_grad():
-        alone = theirs.eval().generate(prompt[None], max_new_tokens=steps, do_sample=False)
-    assert alone[0, len(prompt) :].tolist() == [*ours, 0]
+        alone = pipe.model.eval().generate(**inputs, max_new_tokens=steps, do_sample=False)
+    assert alone[0, inputs.input_ids.size(1) :].tolist() == [*expected["ids"], 0]
+    got = pipe(prompt, max_new_tokens=steps, do_sample=False)
+    assert got[0]["generated_text"] == prompt + expected["text"]  # the end token not shown
 
 
 @pytest.mark.parametrize(
@@ -289,12 +342,15 @@ def test_a_char_level_pipeline_and_padded_batch_generate_as_txl_generate_does(
     ours, exported = char_exports[dataset]
     pipe = transformers.pipeline("text-generation", model=str(exported), trust_remote_code=True)
     prompts, steps = CHAR_PROMPTS[dataset], 12
-    for prompt in prompts:
-        argv = ["--model", str(ours), "--prompt", prompt, "--temperature", "0", "--json"]
-        assert txl_generate.main([*argv, "--max-tokens", str(steps)]) == 0
-        expected = json.loads(capsys.readouterr().out)["text"]
+    for prompt in prompts:  # nothing before a prompt: char-level data has no end token
+        expected = txl_generate_json(capsys, ours, prompt, steps)
         got = pipe(prompt, max_new_tokens=steps, do_sample=False, return_full_text=False)
-        assert got[0]["generated_text"] == expected
+        assert got[0]["generated_text"] == expected["text"]
+        inputs = pipe.tokenizer(prompt, return_tensors="pt")
+        assert inputs.input_ids[0].tolist() == expected["prompt_ids"]
+        with torch.no_grad():
+            drawn = pipe.model.generate(**inputs, max_new_tokens=steps, do_sample=False)
+        assert drawn[0, inputs.input_ids.size(1) :].tolist() == expected["ids"]
 
     batch = pipe.tokenizer(prompts, padding=True, return_tensors="pt")  # left, with <pad>
     assert (batch.input_ids == pipe.tokenizer.pad_token_id).any()
@@ -305,3 +361,49 @@ def test_a_char_level_pipeline_and_padded_batch_generate_as_txl_generate_does(
     assert_batched_is_each_alone(
         model, pipe.model.eval(), alone, batch.input_ids, batch.attention_mask, steps
     )
+
+
+def test_our_commands_name_a_hugging_face_export_for_what_it_is(hf_words_dir, tmp_path, capsys):
+    """txl-generate and txl-eval (--text, --data, --tasks) given an HF export: one line saying
+    what it is and what to pass instead, not its config.json's unknown keys."""
+    text = tmp_path / "text.txt"
+    text.write_text("w3 w4\n")
+    runs = {
+        "txl-generate": lambda: txl_generate.main(["--model", str(hf_words_dir), "--prompt", "w3"]),
+        "txl-eval": lambda: txl_eval.main(["--model", str(hf_words_dir), "--text", str(text)]),
+    }
+    for name, run in runs.items():
+        assert run() == USAGE_ERROR
+        assert capsys.readouterr().err == (
+            f"{name}: error: {hf_words_dir} is a Hugging Face export (txl-export --format hf): "
+            "load it with transformers (AutoModelForCausalLM.from_pretrained(DIR, "
+            "trust_remote_code=True)), or pass a txl-export directory (txl-export without "
+            "--format hf)\n"
+        )
+    with pytest.raises(ValueError, match="is a Hugging Face export"):  # the harness's way in
+        load_for_evaluation(str(hf_words_dir), torch.device("cpu"))
+
+
+def test_a_subword_export_encodes_whole_whatever_its_tokenizer_json_says(tmp_path, monkeypatch):
+    """A tokenizer.json saved with truncation and padding on (common) and a post-processor
+    that adds tokens: txl-prepare encoded without them, and so does the exported tokenizer
+    (the end token before the text its only addition)."""
+    subword = Subword.train_bpe(300, iter(["the cat sat on the mat\n", "a dog sat\n"] * 20))
+    spec = json.loads(subword.json_text)
+    spec["truncation"] = {"direction": "Right", "max_length": 1, "strategy": "LongestFirst",
+                          "stride": 0}  # fmt: skip
+    spec["padding"] = {"strategy": {"Fixed": 64}, "direction": "Right", "pad_to_multiple_of": None,
+                       "pad_id": 1, "pad_type_id": 0, "pad_token": "x"}  # fmt: skip
+    spec["post_processor"] = {"type": "BertProcessing", "sep": ["a", 1], "cls": ["b", 2]}
+    config = TXLConfig(n_token=len(subword), n_layer=1, n_head=2, d_model=8, d_head=4)
+
+    def tokenizer_files(directory: str) -> None:
+        (Path(directory) / TOKENIZER_FILE).write_text(json.dumps(spec))
+
+    save_hf(TransformerXL(config), str(tmp_path / "txl-hf"), tokenizer_files)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(tmp_path / "txl-hf")
+    text = "the cat sat on the mat"
+    assert tokenizer(text)["input_ids"] == [0, *subword.encode(text)]
+    library = Tokenizer.from_file(str(tmp_path / "txl-hf" / TOKENIZER_FILE))  # used alone
+    assert library.encode(text).ids == [0, *subword.encode(text)]

@@ -11,7 +11,9 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 import shutil
+import stat
 import zlib
 from pathlib import Path
 
@@ -20,14 +22,16 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from data_pipeline import prepare
+from data_pipeline import load_manifest, manifest_url, prepare
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.streams.text_batches import TextBatches
+from tests.cli.test_export import HOSTILE, assert_renders_as_text
 from tests.data_pipeline.corpora.test_records import write_jsonl
 from tests.data_pipeline.corpora.test_subword import renamed_end_token
 from tests.integration.runs import records, train
 from txl_dist.cli import evaluate, generate
 from txl_dist.cli.export import export
+from txl_dist.cli.export import main as export_main
 from txl_dist.engine.checkpoint import CLIENT_FILE
 from txl_dist.engine.checkpoint.consolidate import ExportError
 from txl_dist.engine.evaluate import evaluate as score
@@ -251,3 +255,31 @@ def test_the_tokenizer_goes_with_checkpoints_and_exports_and_reads_and_writes_th
         export(str(copy), str(tmp_path / "refused"))
     assert "\n" not in str(err.value)
     assert not (tmp_path / "refused").exists()
+
+
+@pytest.mark.slow
+def test_an_export_shares_no_local_path_says_subword_and_quotes_txl_json_as_text(
+    corpora, mixed_run, tmp_path
+):
+    """txl-export of a received checkpoint whose txl.json holds HTML and links, in both
+    formats: data.json and the manifests say subword, the README holds no absolute local path
+    and renders txl.json's text as text; the export follows the umask."""
+    for name in ("wiki", "news"):
+        assert load_manifest(manifest_url(str(corpora / name), "train")).level == "subword"
+    received = tmp_path / "received" / "global_step6"
+    shutil.copytree(mixed_run / "checkpoints" / "global_step6", received)
+    record = json.loads((received / CLIENT_FILE).read_text())
+    (received / CLIENT_FILE).write_text(json.dumps(record | HOSTILE))
+    before = os.umask(0o002)
+    try:
+        for fmt in ("safetensors", "hf"):
+            assert export_main([str(received), str(tmp_path / fmt), "--format", fmt]) == 0
+    finally:
+        os.umask(before)
+    for fmt in ("safetensors", "hf"):
+        out = tmp_path / fmt
+        assert json.loads((out / "data.json").read_text())["level"] == "subword"
+        readme = (out / "README.md").read_text()
+        assert "/" + str(tmp_path).split("/")[1] not in readme  # no absolute local path
+        assert_renders_as_text(readme)
+        assert stat.S_IMODE(out.stat().st_mode) == 0o775

@@ -1,6 +1,8 @@
 """save_pretrained / from_pretrained round trip in a fresh process that never imports deepspeed."""
 
 import json
+import os
+import stat
 import sys
 
 import pytest
@@ -61,6 +63,22 @@ def test_fresh_process_loads_identical_model_without_deepspeed(tmp_path, fmt):
         tmp_path / "model" / ("model.safetensors" if fmt == "safetensors" else "pytorch_model.bin")
     )
     assert weights.stat().st_mode & 0o044 == 0o044  # readable by others, like any export
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o027])
+def test_an_export_s_directory_and_files_follow_the_umask(tmp_path, umask):
+    """Shared as the user's other files are (group-writable under 002, closed to others under
+    027): not a temporary directory's 0700."""
+    model = TransformerXL(TXLConfig(n_token=20, n_layer=1, n_head=2, d_model=8, d_head=4))
+    before = os.umask(umask)
+    try:
+        model.save_pretrained(tmp_path / "model")
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE((tmp_path / "model").stat().st_mode) == 0o777 & ~umask
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "model").iterdir()}
+    assert modes == {0o666 & ~umask}
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # nothing staged left beside it
 
 
 def test_loaded_model_keeps_weights_tied(tmp_path):

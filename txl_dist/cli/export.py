@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+import unicodedata
 
 import fsspec
 
@@ -50,6 +52,11 @@ from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
 from txl_dist.scores import format_score, reported_level
 
 README_FILE = "README.md"
+MARKUP = {"&": "&amp;", "<": "&lt;", ">": "&gt;", **{c: "\\" + c for c in "\\`*_[]()!~|{}"}}
+"""What text from a received txl.json is written as in the README (a model card: Markdown a hub
+renders as HTML), so it reads as text: no tag, link, code span or emphasis of its own."""
+LOCAL_PATH = re.compile(r"""(?<![^\s(\[{'"=])(?:file://)?~?/[^\s)\]}'"]*""")
+"""An absolute local path (or file:// URL, or ~/) where a path can start: not a URL's path."""
 
 
 def training_vocab(
@@ -119,7 +126,8 @@ def export(
 
     def write_extra(directory: str) -> None:
         vocab.save(os.path.join(directory, TOKENIZER_FILE if subword else VOCAB_FILE))
-        data = {"dataset": ckpt.config.data.dataset, "level": ckpt.point.client.level}
+        level = reported_level(ckpt.point.client.level, subword)  # older checkpoints: word
+        data = {"dataset": ckpt.config.data.dataset, "level": level}
         data["evaluation"] = {"rows": ckpt.plan.eval_rows, "dtype": ckpt.plan.precision}
         if subword:  # what loads check the export's tokenizer.json against
             data["tokenizer"] = tokenizer_record(vocab)
@@ -152,15 +160,37 @@ def eval_records(ckpt: Checkpoint) -> list[dict]:
 
 def eval_line(row: dict, mixed: bool) -> str:
     """One evaluation row of the README; of a mix, each corpus's by name, then their mean."""
-    name = row["split"]
+    name = card_text(row["split"])
     if "corpus" in row:
-        name += f" {row['corpus']}"
+        name += f" {card_text(row['corpus'])}"
     elif mixed:
         name += " (the corpora's token-weighted mean)"
     return (
         f"- {name}: loss {row['loss']:.4f}, {format_score(row, digits=3)} "
-        f"({row.get('tokens', '?')} tokens)"
+        f"({card_text(row.get('tokens', '?'))} tokens)"
     )
+
+
+def card_text(value: object) -> str:
+    """`value`, text from the checkpoint or its run (it may come from anyone), as README text
+    (shared_text) with its Markdown and HTML escaped: it reads as text, never as markup."""
+    return "".join(MARKUP.get(c, c) for c in shared_text(value))
+
+
+def shared_text(value: object) -> str:
+    """`value` as the README may show it, in a code block too: secrets redacted, an absolute
+    local path by its last part (the README is shared; where the files lay on the training
+    machine is not its business), control characters escaped so that it stays on its line."""
+    text = LOCAL_PATH.sub(shared_path, redact_text(str(value)))
+    return "".join(
+        ascii(c)[1:-1] if unicodedata.category(c)[0] in "CZ" and c != " " else c for c in text
+    )
+
+
+def shared_path(match: re.Match) -> str:
+    """An absolute local path or file:// URL (LOCAL_PATH) by its last part after an ellipsis."""
+    name = os.path.basename(match.group(0).rstrip("/"))
+    return f"\u2026/{name}" if name else match.group(0)
 
 
 def data_line(ckpt: Checkpoint, subword: bool) -> str:
@@ -168,13 +198,13 @@ def data_line(ckpt: Checkpoint, subword: bool) -> str:
     cfg, client = ckpt.config, ckpt.point.client
     if cfg.data.mix is None:
         level = reported_level(client.level, subword)
-        data = f"{cfg.data.dataset} ({level} level) at `{redact_text(cfg.data.root)}`"
+        data = f"{card_text(cfg.data.dataset)} ({level} level) at {card_text(cfg.data.root)}"
     else:
         data = "a mix of " + ", ".join(
-            f"{c.name} (weight {c.weight}) at `{redact_text(c.path)}`" for c in cfg.data.mix
+            f"{card_text(c.name)} (weight {c.weight}) at {card_text(c.path)}" for c in cfg.data.mix
         )
     vocabulary = f"the subword tokenizer {TOKENIZER_FILE}" if subword else "a vocabulary"
-    tokens = f"{cfg.model.n_token} tokens (sha256 {client.vocab_sha256})"
+    tokens = f"{cfg.model.n_token} tokens (sha256 {card_text(client.vocab_sha256)})"
     return f"- data: {data}, {vocabulary} of {tokens}"
 
 
@@ -184,7 +214,7 @@ def init_line(ckpt: Checkpoint) -> list[str]:
     if note is None:
         return []
     return [
-        f"- initialized from: {redact_text(note)} (train.init_from), with a fresh optimizer, "
+        f"- initialized from: {card_text(note)} (train.init_from), with a fresh optimizer, "
         "schedule and data position"
     ]
 
@@ -197,16 +227,18 @@ def readme(ckpt: Checkpoint, dtype: str, format: str, subword: bool = False) -> 
     mixed = cfg.data.mix is not None
     evals = [eval_line(r, mixed) for r in eval_records(ckpt)] or ["- none recorded at this step"]
     weights = TORCH_FILE if format == "torch" else SAFETENSORS_FILE
-    data_path = redact_text(cfg.data.root)
+    # in a code block below: Markdown is not read there
+    data_path, split = shared_text(cfg.data.root), shared_text(cfg.data.valid_split)
     return "\n".join(
         [
             "# Transformer-XL exported by txl-export",
             "",
-            f"- checkpoint: `{os.path.abspath(ckpt.path)}` (run {client.run_id}), "
-            f"step {ckpt.step} of {cfg.train.max_steps}",
+            f"- checkpoint: {card_text(os.path.basename(ckpt.path))} (run "
+            f"{card_text(client.run_id)}), step {ckpt.step} of {cfg.train.max_steps}",
             f"- training: ZeRO stage {cfg.zero_stage} on {client.world_size} ranks, "
             f"{precision}, {cfg.train.global_rows} global rows x tgt_len {cfg.model.tgt_len}, "
-            f"mem_len {cfg.model.mem_len}, optimizer {cfg.optim.name} (lr {cfg.optim.lr})",
+            f"mem_len {cfg.model.mem_len}, optimizer {card_text(cfg.optim.name)} "
+            f"(lr {cfg.optim.lr})",
             data_line(ckpt, subword),
             *init_line(ckpt),
             f"- weights: {weights}, {dtype} (from the fp32 master weights)",
@@ -227,7 +259,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str, subword: bool = False) -> 
                     "```",
                     "from txl_dist.model import TransformerXL",
                     "model = TransformerXL.from_pretrained(DIR)",
-                    f"txl-eval --model DIR --data {data_path} --split {cfg.data.valid_split} "
+                    f"txl-eval --model DIR --data {data_path} --split {split} "
                     f"--batch-size {rows} --dtype {precision}   # the engine's evaluation",
                     'txl-generate --model DIR --prompt "The" --max-tokens 50',
                     "```",

@@ -35,7 +35,7 @@ import torch
 from data_pipeline import DataError
 from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.exports.generation import Sampling, generate, shown
-from txl_dist.exports.loading import DTYPES
+from txl_dist.exports.loading import DTYPES, refuse_hf_export
 from txl_dist.exports.text import ExportText
 from txl_dist.model import TransformerXL
 
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         sampling = Sampling(args.temperature, args.top_k, args.top_p)
+        refuse_hf_export(args.model)
         model = TransformerXL.from_pretrained(args.model, map_location=args.device)
         text = ExportText(args.model)
         prompt = text.prompt(args.prompt).to(args.device)

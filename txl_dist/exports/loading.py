@@ -23,13 +23,32 @@ EVAL_ROWS = 10
 """Rows an evaluation scores side by side unless told: the reference eval.py's batch size."""
 
 DATA_FILE = "data.json"
-"""What the model was trained on: {"dataset": name, "level": "char" or "word"}, how its run
+"""What the model was trained on: {"dataset": name, "level": "char", "word" or "subword"
+(exports of subword data from before it was recorded say "word")}, how its run
 evaluated: {"evaluation": {"rows": global evaluation rows, "dtype": the run's precision}}, and
 for subword data its tokenizer.json's record: {"tokenizer": {"sha256": ..., "bytes": ...}} and
 the end-of-document token its data was prepared with: {"eos_token": text}."""
 EOS_KEY = "eos_token"
 """data.json's end-of-document token; an export without it (from before it was recorded)
 takes its tokenizer's own end-of-text token (data_pipeline.EOS_NAMES)."""
+
+
+def refuse_hf_export(model_dir: str) -> None:
+    """Refuse, in one line, a Hugging Face export (txl-export --format hf: its config.json is
+    transformers', with an `auto_map`), which our commands would read as a config of unknown
+    keys."""
+    path = os.path.join(model_dir, CONFIG_FILE)
+    try:
+        with open(path) as f:
+            values = json.load(f)
+    except (OSError, ValueError):
+        return  # no export, or not one of ours: the loaders say which, in their words
+    if isinstance(values, dict) and "auto_map" in values:
+        raise ValueError(
+            f"{model_dir} is a Hugging Face export (txl-export --format hf): load it with "
+            "transformers (AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)), "
+            "or pass a txl-export directory (txl-export without --format hf)"
+        )
 
 
 def export_data(model_dir: str) -> dict:
@@ -58,6 +77,7 @@ def export_evaluation(model_dir: str, device: torch.device) -> tuple[int, str]:
     """(rows, dtype) the training run evaluated with, so txl-eval scores as the engine did:
     EVAL_ROWS and fp32 for an export that does not say (older, or save_pretrained's), fp32 for
     an fp16 run on a CPU (fp16 is a GPU's precision)."""
+    refuse_hf_export(model_dir)  # txl-eval's first look at an export
     evaluation = export_data(model_dir).get("evaluation", {})
     rows, dtype = evaluation.get("rows", EVAL_ROWS), evaluation.get("dtype", "fp32")
     if not (isinstance(rows, int) and rows > 0 and dtype in DTYPES):
@@ -134,6 +154,7 @@ def load_for_evaluation(
     """The exported model in eval mode with its evaluation lengths, each one given here (not
     None) overriding the export's; `check` refuses lengths it cannot score with (a sweep
     checks each of its own)."""
+    refuse_hf_export(path)
     model = TransformerXL.from_pretrained(path, map_location=device)
     ev = model.config.for_eval()
     lengths = [

@@ -31,13 +31,20 @@ AUTO_MAP = {
 OUR_IMPORT = re.compile(r"^(\s*from )((?:txl_dist|data_pipeline)(?:\.\w+)*)( import )", re.M)
 WEIGHT_PREFIX = "txl."  # TXLForCausalLM.txl
 USAGE = [
-    "Loading runs the Python files of this directory (trust_remote_code), as any remote-code",
-    "model does; they need torch and transformers only.",
+    "Loading the model runs the Python files of this directory (trust_remote_code), as any",
+    "remote-code model does; they need torch and transformers only. The tokenizer is the",
+    "library's own (tokenizer.json): `AutoTokenizer` reads config.json first, which names",
+    "configuration_txl.py, so it asks whether to run that file; trust_remote_code=False (or",
+    "PreTrainedTokenizerFast.from_pretrained) loads the tokenizer and runs no code of this",
+    "directory. `tokenizer(prompt)` starts with the token txl-generate puts before a prompt",
+    "(the end token: every training document follows it), so greedy generate() and",
+    "pipeline give txl-generate's tokens.",
     "",
     "```",
     "from transformers import AutoModelForCausalLM, AutoTokenizer",
     "model = AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)",
-    "tokenizer = AutoTokenizer.from_pretrained(DIR)   # no remote code",
+    "tokenizer = AutoTokenizer.from_pretrained(DIR, trust_remote_code=False)   # no code runs",
+    'input_ids = tokenizer("The", return_tensors="pt").input_ids',
     "out = model(input_ids, labels=input_ids)   # out.logits: log-probabilities; out.mems",
     "model.generate(input_ids, max_new_tokens=50, do_sample=False)   # memory carried",
     "```",

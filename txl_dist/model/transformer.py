@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -402,7 +403,7 @@ def staged_directory(directory: str | os.PathLike):
         )
     parent, name = os.path.split(directory)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+    tmp = _new_directory(parent, f".{name}.tmp-")
     try:
         yield tmp
         old = None
@@ -415,6 +416,16 @@ def staged_directory(directory: str | os.PathLike):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _new_directory(parent: str, prefix: str) -> str:
+    """A new empty directory in `parent` with the mode every new directory gets (0777 less the
+    umask), not mkdtemp's 0700: an export is shared as the user's other files are."""
+    while True:
+        path = os.path.join(parent, prefix + secrets.token_hex(6))
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path)
+            return path
 
 
 def _check_vocab_size(directory, config: TXLConfig) -> None:

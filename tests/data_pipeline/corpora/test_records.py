@@ -70,6 +70,7 @@ def assert_split_is_the_library_encoding(root: Path, split: str, documents: list
     manifest = load_manifest(manifest_url(str(root), split))
     eos = library.token_to_id(manifest.eos_token)
     assert manifest.eos_id == eos is not None and manifest.format_version == 3
+    assert manifest.level == "subword"  # a perplexity per subword token, not per word
     expected = [library.encode(d, add_special_tokens=False).ids + [eos] for d in documents]
     samples = split_samples(root, split)
     tokens = np.concatenate([t for t, _ in samples])

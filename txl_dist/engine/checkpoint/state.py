@@ -73,8 +73,9 @@ class CheckpointState:
     vocab_sha256: str
     """sha256 of the training data's vocabulary."""
     level: str = "word"
-    """The training data's level, char or word (its loss reads as bpc or ppl); older
-    checkpoints, from before char-level data, lack it."""
+    """The training data's level, char, word or subword (its loss reads as bpc or ppl); older
+    checkpoints, from before char-level data, lack it, and those of subword data from before
+    the subword level was recorded say word."""
     eos_token: str | None = None
     """The end-of-document token of subword data (its manifest's, which txl-prepare wrote after
     every document; a --eos-token of any name), for exports to stop generation at and start
