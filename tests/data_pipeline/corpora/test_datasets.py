@@ -55,7 +55,8 @@ def test_every_dataset_prepares_a_source_of_its_own(name, shared_data, tmp_path)
         manifest = load_manifest(manifest_url(str(out), split))
         assert manifest.dataset == name and manifest.tokens > 0 and manifest.documents > 0
         # Characters (text8) or bytes (enwik8) stay far below WikiText-2's word types.
-        assert manifest.level == ("char" if len(vocab) <= 256 else "word")
+        level = "char" if len(vocab) <= 256 else "subword" if spec.subword else "word"
+        assert manifest.level == level
 
 
 def test_the_command_line_offers_every_dataset():
