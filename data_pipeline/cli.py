@@ -83,6 +83,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out-option", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a corpus prepared at --out with another vocabulary or tokenizer",
+    )
     p.add_argument("--part", metavar="I/N", help="do part I of N of the next step and exit")
     p.add_argument("--merge", action="store_true", help="join the parts' results and exit")
     p.add_argument("--verify", metavar="URL", help="re-check a prepared dataset root and exit")

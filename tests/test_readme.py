@@ -54,7 +54,7 @@ FENCE = re.compile(r"^( *)```(\S*)\s*$")
 # What a machine without a GPU lacks: a block may be left unrun for one of these only.
 LACKS = ("GPU", "SLURM cluster", "several nodes", "internet", "S3 bucket")
 # The runs the pages train, each with its own train.out_dir.
-TRAINED = ["tiny", "tiny-deepspeed", "tiny-torchrun", "tiny-python", "tiny-300"]
+TRAINED = ["sample", "tiny", "tiny-deepspeed", "tiny-torchrun", "tiny-python", "tiny-300"]
 
 
 @dataclasses.dataclass

@@ -88,6 +88,20 @@ class Manifests:
         shards = [(shard.url, shard.bytes) for shard in manifest.shards]
         return manifest if self.encoder.shards_present(split, shards) else None
 
+    def other_vocabulary(self, voc: Vocabulary) -> str | None:
+        """How an existing split's manifest names a vocabulary other than `voc` (its split,
+        the start of its sha256 and its size), or None if every one was made with `voc`."""
+        for split in dict.fromkeys(["train", "valid", "test", *self.plan.files]):
+            url = manifest_url(self.plan.out, split)
+            if not self.plan.fs.exists(manifest_url(self.plan.out_path, split)):
+                continue
+            with contextlib.suppress(DataError):  # unreadable: nothing a run could train on
+                manifest = load_manifest(url, self.plan.out_options)
+                if manifest.vocab_sha256 != voc.sha256:
+                    sha, size = manifest.vocab_sha256[:12], manifest.vocab_size
+                    return f"{split}/manifest.json: {sha}, {size:,} tokens"
+        return None
+
     def reused(self, split: str, voc: Vocabulary) -> Manifest | None:
         """reusable(), said once: the other callers only ask, the merge takes the manifest."""
         manifest = self.reusable(split, voc)

@@ -69,6 +69,8 @@ class Settings:
     """fsspec storage options of the source (and of ``vocab``)."""
     progress: bool = True
     """Show a progress bar."""
+    overwrite: bool = False
+    """Replace a corpus prepared at ``out`` with another vocabulary or tokenizer (else refused)."""
 
     def __post_init__(self) -> None:
         check_layout(self.sample_size, self.shard_size)

@@ -17,7 +17,7 @@ from data_pipeline.prepare.pieces import Vocabulary, count_piece, in_own_process
 from data_pipeline.prepare.plan import Plan
 from data_pipeline.prepare.units import Unit, describe, evenly_spaced
 from data_pipeline.prepare.word_counts import WordCounts
-from data_pipeline.shards.errors import ManifestError
+from data_pipeline.shards.errors import ManifestError, VocabMismatchError
 from data_pipeline.shards.format import VOCAB_FILE
 from data_pipeline.vocab import Vocab
 
@@ -38,7 +38,22 @@ class Vocabularies:
         """The vocabulary to encode with, or None while it still has to be built."""
         if self.voc is None:
             self.voc = self.find()
+            if self.voc is not None:
+                self.refuse_replacing(self.voc)
         return self.voc
+
+    def refuse_replacing(self, voc: Vocabulary) -> None:
+        """Refuse, before anything is replaced, to encode with `voc` over splits prepared with
+        another vocabulary: runs trained on them need it (unless --overwrite)."""
+        if self.plan.settings.overwrite:
+            return
+        other = self.manifests.other_vocabulary(voc)
+        if other is not None:
+            raise VocabMismatchError(
+                f"{self.plan.out} holds a corpus prepared with another vocabulary ({other}; "
+                f"this run's: {voc.sha256[:12]}, {len(voc):,} tokens), which the runs trained "
+                f"on it need: choose another --out, or add --overwrite to replace it"
+            )
 
     def find(self) -> Vocabulary | None:
         plan, settings = self.plan, self.plan.settings
@@ -118,6 +133,7 @@ class Vocabularies:
 
     def remember(self, voc: Vocabulary) -> Vocabulary:
         """Save a built vocabulary and record which inputs it was built from."""
+        self.refuse_replacing(voc)
         self.voc = voc
         self.save(voc)
         record = {"fingerprint": self.plan.vocab_fingerprint, "sha256": voc.sha256}

@@ -136,3 +136,4 @@ def test_a_mismatched_source_is_refused_in_one_line_before_any_process_group(
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and errors[0].startswith("config error: ") and message in errors[0]
     assert "Initializing TorchBackend" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "out").exists()  # no empty run directory left behind

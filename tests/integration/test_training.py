@@ -22,7 +22,12 @@ import torch
 
 from tests import processes
 from tests.conftest import REPO_ROOT, small_disk
-from tests.integration.pretrain_pausing import PAUSE_IN_SAVE_ENV, RELEASE_FILE_ENV
+from tests.integration.pretrain_pausing import (
+    PAUSE_IN_SAVE_ENV,
+    PAUSE_PHASE_ENV,
+    PAUSE_RANK_ENV,
+    RELEASE_FILE_ENV,
+)
 from tests.integration.runs import (
     PRETRAIN_DUMPING,
     PRETRAIN_PAUSING,
@@ -329,9 +334,21 @@ def test_a_killed_rank_restarts_by_itself_and_resumes_exactly(
     small_corpus, uninterrupted, tmp_path
 ):
     out = tmp_path / "killed"
-    cmd = command(out, small_corpus, 2, HARD_RESUME, "auto", launcher="torchrun")
+    cmd = command(
+        out, small_corpus, 2, HARD_RESUME, "auto", script=PRETRAIN_PAUSING, launcher="torchrun"
+    )
     cmd[1:1] = ["--standalone", "--max-restarts", "3"]  # the README's line for one node
-    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    # Rank 1 stops once step K's checkpoint is `latest` (its first start only), so the run
+    # cannot end before the kill: polling for `latest` and finding rank 1 in /proc raced the
+    # K steps after it on a loaded machine. Its training goes on meanwhile (saves are
+    # asynchronous), until step 2K's save waits for this one.
+    env = {
+        **os.environ,
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        PAUSE_IN_SAVE_ENV: str(K),
+        PAUSE_PHASE_ENV: "publish",
+        PAUSE_RANK_ENV: "1",
+    }
     log = tmp_path / "torchrun.log"
     latest = out / "checkpoints" / checkpoint.LATEST
     with (
@@ -341,7 +358,7 @@ def test_a_killed_rank_restarts_by_itself_and_resumes_exactly(
         ) as run,
     ):
         deadline = time.monotonic() + 300
-        while not latest.exists():  # the checkpoint at step K, with K more steps to go
+        while not latest.exists():  # the checkpoint at step K
             assert time.monotonic() < deadline and run.poll() is None, log.read_text()[-3000:]
             time.sleep(0.1)
         os.kill(rank_pid(out, rank=1), signal.SIGKILL)

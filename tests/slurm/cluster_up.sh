@@ -9,7 +9,8 @@
 set -euo pipefail
 BASE=${BASE:?set BASE to a scratch directory}
 mkdir -p "$BASE"/{etc,state,spool,log}
-command -v slurmctld >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; }
+# Installing is the caller's choice (tests/slurm/conftest.py's system_packages).
+command -v slurmctld >/dev/null || { echo "slurm-wlm is not installed: apt-get install slurm-wlm munge"; exit 1; }
 # No init system starts daemons here: start munge by hand (the package already made its key).
 mkdir -p /run/munge && chown munge:munge /run/munge
 # Remember whether we started it, so that cluster_down.sh stops only our own munged.

@@ -127,6 +127,32 @@ class Cluster:
         )
 
 
+# Set to 1 to let these tests apt-get the Debian packages they need where missing (CI does, as
+# root); otherwise they skip, saying which packages to install.
+INSTALL_ENV = "TXL_TEST_INSTALL_PACKAGES"
+
+
+def system_packages(commands: dict[str, str]) -> None:
+    """The packages that provide `commands` (command -> package) where one is missing: apt-get
+    them if INSTALL_ENV asks, else skip the test saying so; a failed install skips, saying why
+    (no network, say)."""
+    missing = sorted({pkg for cmd, pkg in commands.items() if shutil.which(cmd) is None})
+    if not missing:
+        return
+    names = " ".join(missing)
+    if os.environ.get(INSTALL_ENV) != "1":
+        pytest.skip(f"needs {names}: install them, or set {INSTALL_ENV}=1 to have the tests do it")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for apt in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", *missing]):
+        try:
+            proc = subprocess.run(apt, env=env, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            pytest.skip(f"could not install {names}: {' '.join(apt)}: {err}")
+        if proc.returncode != 0:
+            said = [line for line in proc.stderr.splitlines() if line.startswith(("E:", "W:"))]
+            pytest.skip(f"could not install {names}: {(said or [proc.stderr.strip()])[-1]}")
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory) -> Iterator[Cluster]:
     """munged, slurmctld and slurmd on nodes n1 and n2; always stopped after the session."""
@@ -134,6 +160,7 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
         pytest.skip("the SLURM tests start daemons and network namespaces: run them as root")
     if shutil.which("ip") is None or shutil.which("nsenter") is None:
         pytest.skip("the SLURM tests need `ip netns` and nsenter (iproute2, util-linux)")
+    system_packages({"slurmctld": "slurm-wlm", "slurmd": "slurm-wlm", "munged": "munge"})
     base = tmp_path_factory.mktemp("slurm")
     env = {**os.environ, "BASE": str(base)}
     subprocess.run([HERE / "cluster_down.sh"], env=env, timeout=60)  # namespaces left by a crash

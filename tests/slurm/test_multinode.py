@@ -27,6 +27,7 @@ from tests.slurm.conftest import (
     assert_restarted_and_resumed_exactly,
     pretrain_args,
     steps_logged,
+    system_packages,
     wait_for,
 )
 
@@ -131,9 +132,7 @@ def test_a_cut_link_ends_the_ranks_of_both_nodes_within_the_hang_timeout(
 @pytest.fixture
 def ssh_nodes(cluster, tmp_path) -> Iterator[dict[str, str]]:
     """An sshd in each node that takes a fresh key; yields the environment that uses it."""
-    if shutil.which("sshd") is None or shutil.which("pdsh") is None:
-        apt = ["apt-get", "install", "-y", "-q", "openssh-server", "pdsh"]
-        subprocess.run(apt, check=True, capture_output=True, timeout=600)
+    system_packages({"sshd": "openssh-server", "pdsh": "pdsh"})
     keys = tmp_path / "ssh"
     keys.mkdir(mode=0o700)
     for key in ("host", "client"):

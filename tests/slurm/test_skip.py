@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.slurm.conftest import INSTALL_ENV, system_packages
 
 
 def test_without_root_the_cluster_tests_skip_with_the_reason():
@@ -28,3 +30,20 @@ def test_without_root_the_cluster_tests_skip_with_the_reason():
     assert "passed" not in proc.stdout and "failed" not in proc.stdout
     assert "skipped" in proc.stdout
     assert "the SLURM tests start daemons and network namespaces: run them as root" in proc.stdout
+
+
+def test_missing_packages_skip_saying_so_unless_asked_to_install(monkeypatch):
+    monkeypatch.delenv(INSTALL_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        system_packages({"txl-no-such-command": "txl-no-such-package", "sh": "dash"})
+    assert str(skipped.value) == (
+        f"needs txl-no-such-package: install them, or set {INSTALL_ENV}=1 to have the tests do it"
+    )
+
+
+def test_a_package_that_cannot_be_installed_skips_saying_why():
+    if os.environ.get(INSTALL_ENV) != "1":
+        pytest.skip(f"runs apt-get: only where {INSTALL_ENV}=1 allows it")
+    with pytest.raises(pytest.skip.Exception) as skipped:  # or no network, or not root
+        system_packages({"txl-no-such-command": "txl-no-such-package"})
+    assert str(skipped.value).startswith("could not install txl-no-such-package: E: ")

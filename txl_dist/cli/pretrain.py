@@ -104,9 +104,10 @@ def main(argv: list[str] | None = None) -> None:
             _say_why_restarted(config.train.out_dir, point)
         if args.resume == "auto" and _already_finished(point, config, world):
             return
-        preflight.check_before_training(config)
         # train.init_from seeds step 0 only: a resume continues from its checkpoint's weights.
+        # Checked before preflight makes train.out_dir: a refusal leaves no empty run directory.
         source = checked_source(config) if point is None else None
+        preflight.check_before_training(config)
         if point is not None and config.train.init_from and world.is_main:
             log.info(
                 f"train.init_from={config.train.init_from} not loaded: resuming {point.tag}, "
