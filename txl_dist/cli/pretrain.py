@@ -228,7 +228,7 @@ def _summarize(trainer: Trainer, stopped_early: str | None) -> None:
 
 
 def _write_stop_file(
-    path: str, step: int, reason: str, ckpt_dir: str, slow_hosts: list[str]
+    path: str, step: int, reason: str, ckpt_dir: str, slow_hosts: list[str] | None = None
 ) -> None:
     """Written only once the checkpoint is complete: its presence means "resume me".
 
