@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     end_distributed()
     if world.is_main:
         _summarize(trainer, stopped_early)
-    if trainer.stragglers.stopped:  # checkpointed; pretrain.sbatch requeues without the host
+    if stopped_early and trainer.stragglers.stopped:  # checkpointed; requeued without the host
         sys.exit(STRAGGLER_EXIT_CODE)
 
 
