@@ -19,7 +19,7 @@ class StragglerConfig:
     """Relative score (the fastest rank's time / this rank's) under which a section is slow."""
     min_share: float = 0.05
     """Least share of the median step time a slow section must cost above the fastest rank's."""
-    consecutive: int = 3
+    consecutive: int = 2
     """Intervals in a row a section must be slow before its rank is named."""
     individual_threshold: float | None = None
     """Individual score (a rank's best interval / this one) under which a section also counts as

@@ -11,8 +11,11 @@ communication is recorded but never scored (a rank that waits least there is the
 Times are the host's clock: on a GPU a section whose kernels the host does not wait for moves to
 the next point where it does (the reduction), and stays unscored.
 
-Per rank and section, from the median of the interval's per-step times (an odd slow step, a
-page fault or another process on the core, does not move it):
+Per rank and section, from the lower quartile of the interval's per-step times (QUANTILE):
+other work on the machine only ever adds time, so a rank's quicker steps show its own speed and
+the odd slow step does not count; a rank slowed at most steps (a throttled device, a slower
+link) moves its quartile as much as its median. Measured on a shared 2-core machine, equal
+ranks' quartiles differed half as much as their medians (docs/training.md, Slow ranks).
 - relative score: the fastest rank's time / this rank's (1: the fastest);
 - individual score: this rank's best interval / this one (1: as fast as it has ever been).
 A section is slow in an interval when its relative score is under `stragglers.threshold` and it
@@ -44,6 +47,7 @@ from txl_dist.engine.health.slow_injection import SlowInjection
 STRAGGLER_EXIT_CODE = 76  # a rank was named a straggler under stragglers.policy=stop
 SECTIONS = ("data", "forward_backward", "optimizer", "communication")
 SCORED = SECTIONS[:3]  # communication is the others' wait, not a rank's own work
+QUANTILE = 0.25  # of a rank's per-step times in an interval: its lower quartile
 
 
 def host_name() -> str:
@@ -92,11 +96,11 @@ class SectionClock:
         self.steps.append([self.step[s] for s in SECTIONS])
         self.step = dict.fromkeys(SECTIONS, 0.0)
 
-    def take_medians(self) -> list[float]:
-        """The interval's median seconds a step per section; starts the next interval."""
+    def take_quartiles(self) -> list[float]:
+        """The interval's lower quartile of seconds a step per section; starts the next one."""
         rows = torch.tensor(self.steps or [[0.0] * len(SECTIONS)], dtype=torch.float64)
         self.steps = []
-        return rows.quantile(0.5, dim=0).tolist()
+        return rows.quantile(QUANTILE, dim=0).tolist()
 
     def _own_seconds(self) -> float:
         """The open section's time so far, communication inside it excluded."""
@@ -122,8 +126,8 @@ class Scores:
 
 
 def score(seconds: torch.Tensor, best: torch.Tensor | None, config: StragglerConfig) -> Scores:
-    """Scores of `seconds` (ranks x SECTIONS, median seconds a step), `best` each rank's fastest
-    earlier interval (ranks x SCORED; None: this is the first)."""
+    """Scores of `seconds` (ranks x SECTIONS, seconds a step at QUANTILE), `best` each rank's
+    fastest earlier interval (ranks x SCORED; None: this is the first)."""
     scored = seconds[:, : len(SCORED)]
     best = scored if best is None else best
     fastest = scored.min(dim=0).values
@@ -150,7 +154,7 @@ class Straggler:
     host: str
     section: str
     seconds: float
-    """Its median seconds a step in the section, over the last interval."""
+    """Its seconds a step in the section over the last interval (lower quartile)."""
     median_s: float
     """The median over ranks of the same."""
     relative: float
@@ -243,8 +247,8 @@ class StragglerDetector:
         return named
 
     def _exchange(self) -> torch.Tensor:
-        """Every rank's median seconds per section over the interval (ranks x SECTIONS)."""
-        mine = torch.tensor(self.clock.take_medians(), dtype=torch.float64, device=self.device)
+        """Every rank's seconds a step per section over the interval (ranks x SECTIONS)."""
+        mine = torch.tensor(self.clock.take_quartiles(), dtype=torch.float64, device=self.device)
         gathered = [torch.empty_like(mine) for _ in range(len(self.streaks))]
         dist.all_gather(gathered, mine)
         if self.hosts is None:  # once, at the first exchange
