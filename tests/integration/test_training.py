@@ -65,12 +65,6 @@ def test_zero_stages_give_the_same_losses_as_stage_0(zero_runs):
             assert losses[step] == pytest.approx(loss, rel=2e-2), (stage, step)
 
 
-def test_equal_ranks_are_never_named_stragglers(zero_runs):
-    # Exchanges every 10 steps (runs.TEST_SETTINGS), the default thresholds, a loaded machine.
-    for stage, out in zero_runs.items():
-        assert not [r for r in records(out) if r.get("event") == "straggler"], stage
-
-
 def test_zero_stages_1_to_3_agree_tightly(zero_runs):
     # Stages 1-3 keep fp32 gradient partitions and reduce the same bf16 gradients: the first
     # step's gradient norm and the first 20 losses agree to 1e-3 (measured: stages 1 and 2
