@@ -11,11 +11,12 @@ communication is recorded but never scored (a rank that waits least there is the
 Times are the host's clock: on a GPU a section whose kernels the host does not wait for moves to
 the next point where it does (the reduction), and stays unscored.
 
-Per rank and section, from the lower quartile of the interval's per-step times (QUANTILE):
+A rank's time in a section is the lower quartile of the interval's per-step times (QUANTILE):
 other work on the machine only ever adds time, so a rank's quicker steps show its own speed and
 the odd slow step does not count; a rank slowed at most steps (a throttled device, a slower
 link) moves its quartile as much as its median. Measured on a shared 2-core machine, equal
 ranks' quartiles differed half as much as their medians (docs/training.md, Slow ranks).
+Scores per rank and section:
 - relative score: the fastest rank's time / this rank's (1: the fastest);
 - individual score: this rank's best interval / this one (1: as fast as it has ever been).
 A section is slow in an interval when its relative score is under `stragglers.threshold` and it
