@@ -25,6 +25,12 @@ def test_stop_file_is_private_and_names_the_job(tmp_path, monkeypatch):
     assert path.stat().st_mode & 0o777 == 0o600
 
 
+def test_a_straggler_stop_names_the_nodes_to_exclude(tmp_path):
+    path = tmp_path / "stop.json"
+    _write_stop_file(str(path), 15, "straggler rank 1", "ck", ["gpu-07", "gpu-09"])
+    assert json.loads(path.read_text())["exclude"] == "gpu-07,gpu-09"
+
+
 def test_a_planted_link_or_file_is_never_written_through(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious")

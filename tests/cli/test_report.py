@@ -114,6 +114,25 @@ def test_draws_only_the_latest_run_or_the_one_asked_for_with_its_restarts(tmp_pa
     assert "holds no run c (runs: a, b)" in capsys.readouterr().err
 
 
+def test_stragglers_are_marked_on_tokens_per_s_and_printed(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    write_metrics(tmp_path)
+    named = dict(event="straggler", step=30, rank=1, host="gpu-07", section="forward_backward",
+                 seconds=0.75, median_s=0.5, relative=0.66, individual=0.98)  # fmt: skip
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(named) + "\n")
+    metrics = read_metrics(str(tmp_path / "metrics.jsonl"))
+    assert metrics.stragglers == [named]
+    drawn = plot(metrics, str(tmp_path / "report.png"), "run")
+    assert drawn["tokens/s"]["straggler rank 1"] == ([30, 30], [0, 1])
+    assert "straggler rank 1" not in drawn["training loss"]
+    assert main([str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0] == (
+        "straggler at step 30: rank 1 (host gpu-07) forward_backward 1.50x the ranks' median"
+    )
+
+
 # ---- sweeps ----
 
 

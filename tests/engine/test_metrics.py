@@ -1,7 +1,13 @@
 import pytest
 import torch
 
-from txl_dist.engine.metrics import Throughput, eval_line, peak_tflops_of, train_line
+from txl_dist.engine.metrics import (
+    Throughput,
+    eval_line,
+    peak_tflops_of,
+    train_line,
+    wandb_prefix,
+)
 from txl_dist.model.accounting import forward_flops_per_token
 from txl_dist.model.config import TXLConfig
 
@@ -58,3 +64,9 @@ def test_log_lines_show_bpc_for_char_level_records_and_ppl_for_word_level_ones()
     assert "| seen 4,096 |" in train_line(word)
     evaluated = dict(split="valid", step=7, loss=0.7, bpc=1.0099, tokens=5, tokens_per_s=1.0)
     assert "| loss 0.7000 | bpc 1.0099 |" in eval_line(evaluated)
+
+
+def test_wandb_groups_training_evaluation_and_event_records():
+    assert wandb_prefix(dict(step=3, loss=1.0)) == "train/"
+    assert wandb_prefix(dict(step=3, split="valid", corpus="wiki")) == "valid/wiki/"
+    assert wandb_prefix(dict(step=3, event="straggler", rank=1)) == "straggler/"

@@ -244,3 +244,45 @@ def test_elastic_job_continues_on_the_node_left(cluster, wikitext, tmp_path):
     resumed = {r["step"]: r["loss"] for r in records(out) if r["restart"] and "split" not in r}
     assert list(resumed) == list(range(saved + 1, STEPS + 1))
     assert resumed == train_losses(alone)
+
+
+# A stand-in for launch/pretrain.py: its first start ends as a straggler stop does (stop file
+# naming its node, exit 76); the start after the requeue says where it runs and exits 0.
+STRAGGLER_STOP = """
+import json, os, sys
+stop_file = sys.argv[sys.argv.index("--stop-file") + 1]
+node = os.environ["SLURMD_NODENAME"]
+if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+    note = dict(step=15, reason="straggler", slurm_job_id=os.environ["SLURM_JOB_ID"], exclude=node)
+    with open(stop_file, "w") as f:
+        json.dump(note, f)
+    sys.exit(76)
+print("started again on", node)
+"""
+
+
+def test_a_straggler_stop_requeues_the_job_without_its_node(cluster, tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "launch").mkdir(parents=True)
+    (repo / "launch" / "pretrain.py").write_text(STRAGGLER_STOP)
+    out = tmp_path / "run"
+    job_id = cluster.sbatch(out, [f"--export=ALL,TXL_LAUNCHER=srun,TXL_REPO={repo}"], [])
+    # The helper job excludes the node and releases the job, which then waits for BeginTime.
+    wait_for(
+        "the requeue without the node",
+        lambda: (
+            (job := cluster.job(job_id))["JobState"] == "PENDING"
+            and job["ExcNodeList"] != "(null)"
+            and job
+        ),
+        timeout=120,
+        interval=0.5,
+    )
+    cluster.start_requeued(job_id)
+    job = cluster.wait_job(job_id, timeout=120)
+    log = slurm_log(out, job_id)
+    first = re.search(r"job \d+ restart 0: .* \((n\d)\) via srun", log).group(1)
+    assert f"[txl-slurm] straggler on node(s) {first}: the job goes back to the queue" in log
+    assert job["JobState"] == "COMPLETED" and job["Restarts"] == "1", log[-3000:]
+    assert job["ExcNodeList"] == first and job["NodeList"] != first
+    assert f"started again on {job['NodeList']}" in log

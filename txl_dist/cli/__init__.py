@@ -8,6 +8,8 @@ Every command exits with one rule:
   not fit; one line on stderr says what to change. argparse's own refusals exit 2 as well;
 - 1 (`FAILED`): it started and then failed (a rank died, a save failed, a shard broke
   mid-run); the line says where the traceback is;
+- 76 (pretrain only, `STRAGGLER_EXIT_CODE`): a rank was named a straggler under
+  stragglers.policy=stop; the run checkpointed first and resumes with --resume auto;
 - 130 (`INTERRUPTED`): Ctrl-C, answered by one line (`interruptible`) rather than a traceback;
   a training run instead checkpoints and exits 0.
 

@@ -25,6 +25,7 @@ from txl_dist.config.loading import load_run_config, naming_txl_set
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine import checkpoint, run_dir
 from txl_dist.engine.build import build_trainer
+from txl_dist.engine.health.stragglers import STRAGGLER_EXIT_CODE
 from txl_dist.engine.init_from import checked_source
 from txl_dist.engine.summary import closing_summary
 from txl_dist.engine.train import Trainer
@@ -131,10 +132,13 @@ def main(argv: list[str] | None = None) -> None:
         _fail(err, world, config.train.out_dir)
     if stopped_early and args.stop_file and world.is_main:
         checkpoints = os.path.join(config.train.out_dir, checkpoint.CHECKPOINT_DIR)
-        _write_stop_file(args.stop_file, trainer.step, stopped_early, checkpoints)
+        slow_hosts = sorted({s.host for s in trainer.stragglers.stopped})
+        _write_stop_file(args.stop_file, trainer.step, stopped_early, checkpoints, slow_hosts)
     end_distributed()
     if world.is_main:
         _summarize(trainer, stopped_early)
+    if stopped_early and trainer.stragglers.stopped:  # checkpointed; requeued without the host
+        sys.exit(STRAGGLER_EXIT_CODE)
 
 
 # Errors found before training starts, and how their one line begins.
@@ -224,13 +228,17 @@ def _summarize(trainer: Trainer, stopped_early: str | None) -> None:
         log.info(line)
 
 
-def _write_stop_file(path: str, step: int, reason: str, ckpt_dir: str) -> None:
+def _write_stop_file(
+    path: str, step: int, reason: str, ckpt_dir: str, slow_hosts: list[str] | None = None
+) -> None:
     """Written only once the checkpoint is complete: its presence means "resume me".
 
     Created exclusively and never through a link, so a planted file or symlink is an error
     rather than a file of someone else's overwritten.
     """
     note = dict(step=step, reason=reason, checkpoints=ckpt_dir)
+    if slow_hosts:  # stragglers.policy=stop: the nodes a requeued job should not run on
+        note["exclude"] = ",".join(slow_hosts)
     if os.environ.get("SLURM_JOB_ID"):  # the batch script requeues only its own job's note
         note["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW

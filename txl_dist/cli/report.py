@@ -6,7 +6,8 @@
 
 A run: four panels against the step: training loss, evaluation perplexity (one line per split;
 bits per character for char-level data, as its metrics.jsonl records them),
-learning rate and training tokens/s, with a dashed line where the run was restarted. A resumed
+learning rate and training tokens/s, with a dashed line where the run was restarted and a red
+dotted one where a rank was named a straggler (also printed, one line each). A resumed
 run may log a step again; the later record wins. Only one run is drawn: the directory's latest
 (the run of the last row), or `--run ID`.
 Sweeps (`txl-eval --sweep-mem-len ... --out FILE.csv`): perplexity (bits per character for
@@ -71,6 +72,8 @@ class RunMetrics:
     """The run drawn (None: rows from before runs had ids)."""
     restarts: list[int] = field(default_factory=list)
     """First step logged by each restart of the run."""
+    stragglers: list[dict] = field(default_factory=list)
+    """The run's straggler records: ranks named slow (docs/training.md, Slow ranks)."""
 
 
 def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
@@ -91,7 +94,9 @@ def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
         if row.get("restart", 0) != restart:
             restart = row.get("restart", 0)
             metrics.restarts.append(step)
-        if "split" in row:
+        if row.get("event") == "straggler":
+            metrics.stragglers.append(row)
+        elif "split" in row:
             metrics.score, value = score_of(row)
             # A mix's corpora each get their own line beside the split's (their mean).
             name = " ".join(row[k] for k in ("split", "corpus") if k in row)
@@ -124,6 +129,8 @@ def plot(metrics: RunMetrics, out: str, title: str) -> dict[str, dict]:
             ax.plot(steps, values, marker="o" if len(steps) < 30 else None, label=label)
         for step in metrics.restarts:
             ax.axvline(step, color="grey", linestyle="--", linewidth=1)
+        for s in metrics.stragglers if name == "tokens/s" else ():  # where steps slowed down
+            ax.axvline(s["step"], color="red", linestyle=":", label=f"straggler rank {s['rank']}")
         ax.set_title(name)
         ax.grid(alpha=0.3)
         if series:
@@ -145,6 +152,15 @@ def plot(metrics: RunMetrics, out: str, title: str) -> dict[str, dict]:
     }
     plt.close(fig)
     return drawn
+
+
+def straggler_lines(metrics: RunMetrics) -> list[str]:
+    """One summary line per rank named slow, as the red dotted lines on the tokens/s panel."""
+    return [
+        f"straggler at step {s['step']}: rank {s['rank']} (host {s['host']}) {s['section']} "
+        f"{s['seconds'] / s['median_s']:.2f}x the ranks' median"
+        for s in metrics.stragglers
+    ]
 
 
 def sweep_curves(paths: list[str]) -> dict[str, list[SweepRow]]:
@@ -254,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or os.path.join(args.run_dir, REPORT_FILE)
     title = os.path.basename(os.path.abspath(args.run_dir))
     plot(metrics, out, f"{title} (run {metrics.run_id})" if metrics.run_id else title)
+    for line in straggler_lines(metrics):
+        print(line)
     print(f"wrote {out}")
     return 0
 

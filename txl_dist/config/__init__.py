@@ -4,6 +4,7 @@
   wandb, logging) and `RunConfig`, validated once;
 - loading.py: a run config from its file, `--set` and `TXL_SET` overrides, `n_token: "auto"`;
 - plan.py: `RunConfig.plan(world_size)`: batch layout, evaluation rows and precision per rank.
+- stragglers.py: the `stragglers` section (slow ranks named, warn or stop).
 
 The sections are built by txl_dist/schema.py, one floor down, which the model's own config
 uses too.

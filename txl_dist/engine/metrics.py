@@ -215,7 +215,7 @@ class Metrics:
                     {
                         wandb_prefix(record) + k: v
                         for k, v in record.items()
-                        if k not in ("step", "split", "corpus")
+                        if k not in ("step", "split", "corpus", "event")
                     },
                     step=record["step"],
                 )
@@ -231,7 +231,10 @@ class Metrics:
 
 
 def wandb_prefix(record: dict[str, Any]) -> str:
-    """train/, SPLIT/, or SPLIT/CORPUS/ for one corpus of a mix."""
+    """train/, SPLIT/, or SPLIT/CORPUS/ for one corpus of a mix; EVENT/ for an event's record
+    (a straggler named)."""
+    if "event" in record:
+        return f"{record['event']}/"
     if "split" not in record:
         return "train/"
     return "".join(f"{record[k]}/" for k in ("split", "corpus") if k in record)

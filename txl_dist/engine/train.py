@@ -25,6 +25,7 @@ from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint import Checkpointer, RunState
 from txl_dist.engine.checkpoint.parts import SeenTokens
 from txl_dist.engine.evaluate import EvalResult
+from txl_dist.engine.health.stragglers import StragglerDetector
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import (
     Metrics,
@@ -95,6 +96,9 @@ class Trainer:
         out_dir = config.train.out_dir
         self.profiler = StepProfiler(config.train.profile_steps, out_dir, world.rank, device)
         self.out_of_memory = SnapshotOnOutOfMemory(out_dir, world.rank, self._memory_estimate)
+        self.stragglers = StragglerDetector.of(
+            config.stragglers, world, device, engine, metrics.log
+        )
 
     def announce_job(self) -> None:
         """Which scheduler job, run and start this is, for the logs."""
@@ -119,7 +123,8 @@ class Trainer:
             with self.watchdog.phase("step", self.step + 1, slow=self.step < warm_until):
                 self.profiler.starting(self.step + 1)
                 started = time.perf_counter()
-                input_ids, targets = next(batches)
+                with self.stragglers.timed("data"):
+                    input_ids, targets = next(batches)
                 fetched = time.perf_counter()
                 with self.out_of_memory:
                     loss = self.train_step(input_ids, targets)
@@ -128,6 +133,7 @@ class Trainer:
                 tokens = self.plan.rows_per_rank * input_ids.size(1) * self.world.world_size
                 window.add(loss, tokens, fetched - started, time.perf_counter() - started)
                 self.step += 1
+                slow = self.stragglers.step_done(self.step)  # every interval a collective
                 self.profiler.done(self.step)
                 if self.step % self.config.logging.log_interval == 0:
                     self._log_train(window)
@@ -135,14 +141,15 @@ class Trainer:
                 if self._evaluates_now():
                     self._evaluate(self.config.data.valid_split)
                 # A stop at the last step is the end of the run, not an early stop to resume.
-                stop = self.stop.agreed(self.device) and self.step < train.max_steps
+                stop = (self.stop.agreed(self.device) or bool(slow)) and self.step < train.max_steps
                 if stop or self.checkpoints.due(self.step):
                     self._save()
                 if stop:
-                    self._announce(f"stopping at step {self.step}: {self.stop.reason()}")
+                    reason = slow or self.stop.reason()
+                    self._announce(f"stopping at step {self.step}: {reason}")
                     self._wait_for_save()
                     self._finish()
-                    return self.stop.reason()
+                    return reason
         if not self.checkpoints.holds(self.step):  # not saved in the loop, nor resumed here
             self._save()
         if self.config.data.valid_split and not self._evaluates_now():
@@ -174,18 +181,20 @@ class Trainer:
         input_ids, targets = self._pinned(input_ids), self._pinned(targets)
         for slot in range(self.plan.accumulation):
             rows = slice(slot * micro, (slot + 1) * micro)
-            out = self.engine(
-                input_ids[rows].to(self.device, non_blocking=True),
-                targets[rows].to(self.device, non_blocking=True),
-                self.memory.get(slot),
-                # Counted on the host copy: the softmax then never reads the device.
-                cluster_sizes=self.engine.module.cluster_sizes(targets[rows]),
-            )
-            loss = out.loss.float().mean()
-            self.engine.backward(loss)
+            with self.stragglers.timed("forward_backward"):  # its gradient reduction excluded
+                out = self.engine(
+                    input_ids[rows].to(self.device, non_blocking=True),
+                    targets[rows].to(self.device, non_blocking=True),
+                    self.memory.get(slot),
+                    # Counted on the host copy: the softmax then never reads the device.
+                    cluster_sizes=self.engine.module.cluster_sizes(targets[rows]),
+                )
+                loss = out.loss.float().mean()
+                self.engine.backward(loss)
             if slot == self.plan.accumulation - 1:  # DeepSpeed updates after the last slot
                 self.checkpoints.before_update()  # a background save may still read the weights
-            self.engine.step()
+            with self.stragglers.timed("optimizer"):
+                self.engine.step()
             self.memory.set(slot, out.mems)
             slot_losses.append(loss.detach())
         if self._overflow_skips() > skipped_before:
