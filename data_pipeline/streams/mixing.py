@@ -107,7 +107,9 @@ class MixedStreams(BatchStream):
             for s, m in zip(sources, manifests)
         ]
         self.schedule = MixSchedule(
-            [s.weight for s in sources], [m.tokens / m.documents for m in manifests]
+            [s.weight for s in sources],
+            [m.tokens / m.documents for m in manifests],
+            [c.document_lengths() for c in self.corpora],
         )
         steps_per_block = max(1, reading.block_tokens // (rows_per_rank * tgt_len))
         self.walk = MixRows(self.corpora, self.schedule, self.local_rows, tgt_len, steps_per_block)
