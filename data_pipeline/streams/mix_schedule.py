@@ -118,7 +118,7 @@ class MixSchedule:
             x = (u + g / global_rows) % 1.0
             corpus = min(int(np.searchsorted(bounds, x, side="right")), len(bounds) - 1)
             within = (x - bounds[corpus] + self.weights[corpus]) / self.weights[corpus]
-            found = begins[corpus]
+            found = begins[corpus]  # by how far the corpus stands behind: rows get quantiles
             counts = found[min(int(within * len(found)), len(found) - 1)]
             fractions = [uniform(seed, g, 1 + c) for c in range(len(bounds))]
             starts.append(RowStart(corpus, counts, fractions))
@@ -149,7 +149,8 @@ class MixSchedule:
             length = int(draws[corpus].pop())
             counts[corpus] += length
             clock += length
-        return [found or [list(counts)] for found in begins]
+        behind = [lambda n, c=c: weights[c] * sum(n) - n[c] for c in range(k)]
+        return [sorted(found, key=behind[c]) or [list(counts)] for c, found in enumerate(begins)]
 
     def corpus_at(self, seed: int, row: int, document: int) -> int:
         """The corpus of a row's document in the schedule of stream states of version 1 (drawn

@@ -106,10 +106,11 @@ class CorpusShares:
 
     def document_lengths(self) -> np.ndarray:
         """Lengths of the documents that begin in LENGTH_SAMPLES samples spread evenly over the
-        corpus (all of them in a smaller one), a document cut between samples whole: every
-        document is in it with the same chance, so its lengths are distributed as the
-        corpus's."""
+        corpus (all of them in a smaller one), a document cut between samples whole, then cut
+        where shares end: every document is in it with the same chance, so its lengths are
+        distributed as the ones rows read."""
         n, continues = len(self.table), self.table.continues
+        sample_starts = np.cumsum(self.table.tokens) - self.table.tokens
         picked = sorted({int(k) for k in np.linspace(0, n - 1, min(n, LENGTH_SAMPLES)).round()})
         ends = {k: self.last_piece(k) for k in picked if self.table.cut_ends(k)[1]}
         entries = self.entry_lengths(sorted(set(picked) | set(ends.values())))
@@ -119,8 +120,21 @@ class CorpusShares:
             if len(lengths) and k in ends:  # its last document goes on to sample ends[k]
                 j = ends[k]
                 lengths[-1] += self.table.tokens[k + 1 : j].sum() + entries[j][0]
-            found.append(lengths)
+            first = sample_starts[k] + (entries[k][0] if continues[k] else 0)
+            found.append(self.cut_at_shares(first + np.cumsum(lengths) - lengths, lengths))
         return np.concatenate(found)
+
+    def cut_at_shares(self, begins: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The pieces that documents at corpus positions ``begins`` leave where shares end
+        (a row reads its share round and round: a piece is a document to it); none past the
+        last share, which no row reads."""
+        read = self.share * (self.manifest.tokens // self.share)
+        pieces = []
+        for begin, length in zip(begins.tolist(), lengths.tolist()):
+            cuts = range((begin // self.share + 1) * self.share, begin + length, self.share)
+            points = [begin, *cuts, min(begin + length, read)]
+            pieces += [b - a for a, b in zip(points, points[1:]) if b > a]
+        return np.array(pieces, np.int64)
 
     def last_piece(self, sample: int) -> int:
         """The sample in which the document cut at the end of ``sample`` ends."""

@@ -38,9 +38,11 @@ def test_the_walk_reads_documents_of_the_corpus_furthest_behind_past_its_warm_up
     schedule = MixSchedule([0.5, 0.5], [100, 50])  # no lengths: every document its mean's
     # 0-100: corpus 0; 100-150: corpus 1; 150-200: corpus 1 (0.5 x 150 - 50 = 25 behind); then
     # 0 again, every 200 tokens. The warm-up: 4 cycles of the longest mean / weight, 800 tokens.
+    # Each corpus's begins are ordered by how far behind it stood (ties in the walk's order).
     begins = schedule.walk(seed=0)
-    assert begins[0][:2] == [[400, 400], [500, 500]]
-    assert begins[1][:3] == [[500, 400], [500, 450], [600, 500]]
+    assert begins[0][:2] == [[400, 400], [500, 500]]  # 0 behind, every time
+    assert begins[1][:2] == [[500, 450], [600, 550]]  # 25 behind, then the ones 50 behind
+    assert [500, 400] in begins[1] and [600, 500] in begins[1]
     assert len(begins[0]) >= 256 and len(begins[1]) >= 256
 
 
@@ -79,3 +81,14 @@ def test_rows_start_as_far_behind_as_rows_that_have_run_with_the_real_lengths():
     means = MixSchedule(weights, [5_500, 900]).starts(0, 256)
     near = np.mean([0.3 * sum(s.counts) - s.counts[0] for s in means if s.corpus == 1])
     assert abs(near) < abs(np.mean(running[1])) / 3
+
+
+def test_rows_in_one_corpus_take_quantiles_of_how_far_behind_it_stood():
+    """Stratified, not drawn: a run of few rows is not left with all of them far behind."""
+    lengths = [np.array([1_000] * 9 + [46_000]), np.array([700, 900, 1_100])]
+    schedule = MixSchedule([0.3, 0.7], [5_500, 900], lengths)
+    behind = sorted(0.7 * sum(n) - n[1] for n in schedule.walk(seed=3)[1])
+    deciles = [behind[len(behind) * k // 10] for k in range(1, 10)]
+    rows = [0.7 * sum(s.counts) - s.counts[1] for s in schedule.starts(3, 64) if s.corpus == 1]
+    counts = np.bincount(np.searchsorted(deciles, rows, side="right"), minlength=10)
+    assert len(rows) in (44, 45) and counts.min() >= 4 and counts.max() <= 5, counts

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 from bench import mix_shares
 from data_pipeline import TokenStreams, VocabMismatchError, load_manifest, manifest_url, prepare
 from data_pipeline.streams import MixedStreams, MixSource, Reading
+from data_pipeline.streams.shares import LENGTH_SAMPLES
 from tests.data_pipeline.corpora.test_records import write_jsonl
 from tests.processes import python_ranks
 
@@ -331,3 +332,16 @@ def test_corpora_that_end_documents_with_different_tokens_are_refused_by_name(co
     mix = [*sources(corpora, {"wiki": 1}), MixSource("news", str(manifest), 1)]
     with pytest.raises(VocabMismatchError, match=r"^data\.mix: corpora wiki and news end docum"):
         MixedStreams(mix, 2, 10)
+
+
+def test_the_walk_gets_the_lengths_of_the_documents_rows_read(corpora):
+    """Every document once (the corpora hold fewer than LENGTH_SAMPLES samples), cut where the
+    shares end, none past the last share: the pieces a row reads as documents."""
+    rows = 4
+    stream = MixedStreams(sources(corpora, {"wiki": 1, "news": 1}), rows, 40)
+    for name, corpus in zip(stream.names, stream.corpora):
+        assert len(corpus.table) <= LENGTH_SAMPLES
+        ref = Reference(corpora[name][0], corpora[name][1], rows)
+        read = rows * ref.share
+        points = {0, *range(ref.share, read, ref.share), *(e for e in ref.ends if e < read), read}
+        assert sorted(corpus.document_lengths()) == sorted(np.diff(sorted(points)).tolist())
