@@ -14,12 +14,13 @@ documents of the corpora's real lengths (drawn from each corpus's sampled length
 warm-up of a few cycles): row g of G starts in corpus c where ``frac(u + g / G)`` falls in c's
 interval of the cumulative weights (``u`` from the seed: the rows' first corpora take every
 corpus in proportion to its token share, as a random token would), with the counts the walk had
-where one of its corpus-c documents began (spread over the walk's corpus-c documents the same
-way). The row then reads its first corpus from a seeded token anywhere in its share: it starts
-mid-document, in a document drawn by length as a random token's would be, counted from its
-start; every other corpus from the first document after a seeded token of its share. The
-expected share of every corpus is then its weight at every step, as in a stationary process
-(measured by bench/mix_shares.py, docs/own-corpora.md).
+where one of its corpus-c documents began: at the quantile ``frac(u + g / G)`` stands at in c's
+interval, of how far behind c the walk stood there (stratified, so a run of few rows is not
+left with all of them far behind). The row then reads its first corpus from a seeded token
+anywhere in its share: it starts mid-document, in a document drawn by length as a random
+token's would be, counted from its start; every other corpus from the first document after a
+seeded token of its share. The expected share of every corpus is then its weight at every
+step, as in a stationary process (measured by bench/mix_shares.py, docs/own-corpora.md).
 
 Why real lengths: how far a running row stands behind a corpus where a document begins depends
 on the lengths of the documents before it (after a 20,000-token article the other corpus is
