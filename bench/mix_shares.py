@@ -1,19 +1,20 @@
 """How close a mix's realized token shares stay to its weights, step by step, over seeds.
 
     python bench/mix_shares.py [--data ../shared/data] [--out runs/bench-mix]
-                               [--weight 0.7] [--rows 8] [--tgt-len 64] [--steps 300]
-                               [--seeds 32] [--at 1 20 100 200 300]
+                               [--weights 0.7 0.3] [--rows 8 32] [--tgt-len 64] [--steps 1000]
+                               [--seeds 16] [--at 20 60 100 300 1000]
 
 The mix (made under --out from the shared data, once): ``long``, WikiText-103's articles
 (about 5,600 tokens each, heavy-tailed: a tenth under 1,200, a tenth over 12,600) with a
 byte-level BPE of 2,000 trained on them, and ``short``, One Billion Word's sentences, 18 to a
-document (about 900 tokens), with that tokenizer, mixed --weight / 1 - --weight. The stream
-alone (no model) is read for --steps batches of --rows rows x --tgt-len tokens (the tiny
-config's 8 x 64 by default) for each of --seeds seeds. Printed: at each --at step, the long
-corpus's share of the tokens drawn so far, its mean over the seeds and over each group of 8
-seeds, its spread (standard deviation, lowest, highest); then from the step where every row has
-read three mean long documents on, how many seeds stay within 3 points of the weight at every
-step.
+document (about 900 tokens), with that tokenizer, mixed w / 1 - w for each w of --weights (0.7:
+long documents against short ones, 0.3: short against long). The stream alone (no model) is
+read for --steps batches of r rows x --tgt-len tokens for each r of --rows (8 x 64 is the tiny
+config's) and each of --seeds seeds. Printed per case: at each --at step, the long corpus's
+share of the tokens drawn so far, its mean over the seeds and over each group of 8 seeds, its
+spread (standard deviation, lowest, highest); whether the mean over seeds stays within 2 points
+of the weight at every --at step; then from the step where every row has read three mean long
+documents on, how many seeds stay within 3 points of the weight at every step.
 """
 
 from __future__ import annotations
@@ -87,38 +88,49 @@ def long_shares(stream: MixedStreams, steps: int) -> list[float]:
     return shares
 
 
+def report(mix: list[MixSource], weight: float, rows: int, args) -> None:
+    """Print one case's shares at the --at steps over the seeds."""
+    manifest = load_manifest(mix[0].url)
+    mean_long = manifest.tokens / manifest.documents
+    runs = [
+        long_shares(MixedStreams(mix, rows, args.tgt_len, seed=s), args.steps)
+        for s in range(args.seeds)
+    ]
+    print(f"long {weight} / short {1 - weight:.1f}; {rows} rows x {args.tgt_len}")
+    print(f"mean long document {mean_long:,.0f} tokens; {args.seeds} seeds")
+    means = []
+    for step in (s for s in args.at if s <= args.steps):
+        shares = [run[step - 1] for run in runs]
+        groups = [statistics.mean(shares[k : k + 8]) for k in range(0, len(shares), 8)]
+        means.append(statistics.mean(shares))
+        print(
+            f"step {step:4d}: mean {means[-1]:.3f} | means of 8 seeds "
+            + " ".join(f"{g:.3f}" for g in groups)
+            + f" | sd {statistics.pstdev(shares):.3f} min {min(shares):.3f} max {max(shares):.3f}"
+        )
+    held = all(abs(m - weight) <= 0.02 for m in means)
+    print(f"mean over seeds within 2 points at every step shown: {'yes' if held else 'no'}")
+    settled = math.ceil(3 * mean_long / args.tgt_len)
+    if settled <= args.steps:
+        held = sum(all(abs(s - weight) < 0.03 for s in run[settled - 1 :]) for run in runs)
+        print(f"within 3 points at every step from {settled} on: {held} of {args.seeds} seeds")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument("--out", type=Path, default=Path("runs/bench-mix"))
-    parser.add_argument("--weight", type=float, default=0.7)
-    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--weights", type=float, nargs="+", default=[0.7, 0.3])
+    parser.add_argument("--rows", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--tgt-len", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--seeds", type=int, default=32)
-    parser.add_argument("--at", type=int, nargs="+", default=[1, 20, 100, 200, 300])
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--seeds", type=int, default=16)
+    parser.add_argument("--at", type=int, nargs="+", default=[20, 60, 100, 300, 1000])
     args = parser.parse_args()
-    mix = mix_of(long_and_short(args.data, args.out), args.weight)
-    manifest = load_manifest(mix[0].url)
-    mean_long = manifest.tokens / manifest.documents
-    runs = [
-        long_shares(MixedStreams(mix, args.rows, args.tgt_len, seed=s), args.steps)
-        for s in range(args.seeds)
-    ]
-    print(f"long {args.weight} / short {1 - args.weight:.1f}; {args.rows} rows x {args.tgt_len}")
-    print(f"mean long document {mean_long:,.0f} tokens; {args.seeds} seeds")
-    for step in (s for s in args.at if s <= args.steps):
-        shares = [run[step - 1] for run in runs]
-        groups = [statistics.mean(shares[k : k + 8]) for k in range(0, len(shares), 8)]
-        print(
-            f"step {step:4d}: mean {statistics.mean(shares):.3f} | means of 8 seeds "
-            + " ".join(f"{g:.3f}" for g in groups)
-            + f" | sd {statistics.pstdev(shares):.3f} min {min(shares):.3f} max {max(shares):.3f}"
-        )
-    settled = math.ceil(3 * mean_long / args.tgt_len)
-    if settled <= args.steps:
-        held = sum(all(abs(s - args.weight) < 0.03 for s in run[settled - 1 :]) for run in runs)
-        print(f"within 3 points at every step from {settled} on: {held} of {args.seeds} seeds")
+    roots = long_and_short(args.data, args.out)
+    for weight in args.weights:
+        for rows in args.rows:
+            report(mix_of(roots, weight), weight, rows, args)
 
 
 if __name__ == "__main__":

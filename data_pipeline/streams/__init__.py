@@ -5,6 +5,7 @@
 - ``mixing.py``: ``MixedStreams``, several corpora mixed by weight, every row still one stream.
 - ``mix_rows.py``: a mix's rows walked document by document, each from the corpus scheduled.
 - ``mix_schedule.py``: which corpus a mix's row reads next, and where every row starts.
+- ``mix_state.py``: a mix's saved stream state checked, value by value, before it is used.
 - ``shares.py``: one corpus of a mix, its epochs cut into one share per global row.
 - ``geometry.py``: where every global row lies in an epoch; the layouts refused.
 - ``table.py``: a split's samples, flattened from its manifest.
@@ -16,6 +17,7 @@
 
 from data_pipeline.streams.batch_stream import BatchStream, check_vocab
 from data_pipeline.streams.geometry import IGNORE_INDEX, ORDERS
+from data_pipeline.streams.mix_state import StreamStateError
 from data_pipeline.streams.mixing import MixedStreams, MixSource, Reading, check_same_vocabulary
 from data_pipeline.streams.text_batches import TextBatches
 from data_pipeline.streams.token_streams import TokenStreams
@@ -27,6 +29,7 @@ __all__ = [
     "MixSource",
     "MixedStreams",
     "Reading",
+    "StreamStateError",
     "TextBatches",
     "TokenStreams",
     "check_same_vocabulary",

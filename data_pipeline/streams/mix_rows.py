@@ -38,15 +38,13 @@ class RowCursor:
         return cls(values[0], *fields)
 
     @classmethod
-    def start(cls, start: RowStart, offset: int, into_document: int) -> RowCursor:
-        """A row at its start: ``offset`` tokens into its first corpus's share, of which
-        ``into_document`` into the document there (counted as read), every other share at its
-        beginning."""
-        k = len(start.counts)
-        skipped, counts = [0] * k, list(start.counts)
-        skipped[start.corpus] = offset
+    def start(cls, start: RowStart, offsets: list[int], into_document: int) -> RowCursor:
+        """A row at its start: ``offsets[c]`` tokens into each corpus's share (skipped, not
+        read), of which ``into_document`` into the document there in its first corpus (counted
+        as read)."""
+        counts = list(start.counts)
         counts[start.corpus] += into_document
-        return cls(start.corpus, [0] * k, list(skipped), counts, skipped)
+        return cls(start.corpus, [0] * len(counts), list(offsets), counts, list(offsets))
 
     def read(self, shares: list[int]) -> list[int]:
         """Per corpus, the tokens this row has read (``shares``: each corpus's share length)."""
@@ -91,19 +89,28 @@ class MixRows:
         self.tgt_len, self.steps_per_block = tgt_len, steps_per_block
 
     def start(self, row: int, start: RowStart) -> RowCursor:
-        """Global ``row``'s cursor at ``start``: at a token drawn from the start window of its
-        first corpus's share, past the share's first document end (the window's samples
-        loaded)."""
-        corpus = self.corpora[start.corpus]
-        base, share = row * corpus.share, corpus.share
-        # At most half a small share is skipped: the rest of its first epoch is read.
-        window = max(1, min(self.schedule.start_window(start.corpus), share // 2))
-        corpus.load(0, base, base + min(share, 2 * window))
-        first, ends = corpus.document_stop(0, base, base + window)
-        first = first - base if ends else 0
-        offset = first + int(start.fraction * min(window, share - first))
-        begins = corpus.document_start(0, base, base + offset) - base
-        return RowCursor.start(start, offset, offset - begins)
+        """Global ``row``'s cursor at ``start``: in its first corpus's share at a token drawn
+        from the whole share (in the document there, counted from its start); in every other
+        share at the first document that begins after a token drawn the same way. A row's first
+        documents are then drawn from its whole shares, as a running row's are."""
+        offsets = [int(f * c.share) for f, c in zip(start.fractions, self.corpora)]
+        for c, offset in enumerate(offsets):
+            if c != start.corpus:
+                offsets[c] = self.next_begin(row, c, offset)
+        corpus, offset = self.corpora[start.corpus], offsets[start.corpus]
+        base, reach = row * corpus.share, self.schedule.start_window(start.corpus)
+        begins = corpus.document_start(0, base + max(0, offset - reach), base + offset) - base
+        return RowCursor.start(start, offsets, offset - begins)
+
+    def next_begin(self, row: int, c: int, offset: int) -> int:
+        """Where the first document after ``offset`` of global ``row``'s share of corpus ``c``
+        begins (``offset`` itself when none begins in the start window after it)."""
+        corpus = self.corpora[c]
+        base = row * corpus.share
+        cap = base + min(corpus.share, offset + self.schedule.start_window(c))
+        corpus.load(0, base + offset, cap)
+        stop, ends = corpus.document_stop(0, base + offset, cap)
+        return stop - base if ends and stop < base + corpus.share else offset
 
     def take(
         self, row: int, cursor: RowCursor, n: int, ahead: int

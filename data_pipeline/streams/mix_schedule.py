@@ -8,17 +8,28 @@ strays from its weight by about one document (of any corpus), not by a random wa
 
 Start. A row that started every corpus at zero would begin with the same corpus in every row
 (the first is furthest behind by a tie) and read a whole first document: the run's share would
-be far off for the first documents' worth of tokens. Instead each row starts as if it had been
-running for a while: the schedule is walked with documents of the corpora's mean lengths, and
-row g of G starts at time ``warm_up + cycle * frac(u + g / G)`` of that walk (``u`` from the
-seed; ``cycle``, the longest ``mean_document_tokens / weight``, is how often the corpus that
-recurs most rarely comes back): in the corpus being read there. A seed's rows spread evenly over
-one cycle, so their first corpora take every corpus in proportion to its token share. The row
-then reads its first corpus from a seeded offset in the first few mean documents of its share:
-it starts mid-document, in a document drawn by length as a random token's would be, and the
-schedule counts that document from its start, on the walk's counts where its document began, as
-a row that had been running would. The expected share of every corpus is then its weight at
-every step, as in a stationary process (measured by bench/mix_shares.py, docs/own-corpora.md).
+be far off for the first documents' worth of tokens. Instead each row starts in the state of a
+row that has been running for a while. That state is taken from a walk of the schedule with
+documents of the corpora's real lengths (drawn from each corpus's sampled lengths, past a
+warm-up of a few cycles): row g of G starts in corpus c where ``frac(u + g / G)`` falls in c's
+interval of the cumulative weights (``u`` from the seed: the rows' first corpora take every
+corpus in proportion to its token share, as a random token would), with the counts the walk had
+where one of its corpus-c documents began: at the quantile ``frac(u + g / G)`` stands at in c's
+interval, of how far behind c the walk stood there (stratified, so a run of few rows is not
+left with all of them far behind). The row then reads its first corpus from a seeded token
+anywhere in its share: it starts mid-document, in a document drawn by length as a random
+token's would be, counted from its start; every other corpus from the first document after a
+seeded token of its share. The expected share of every corpus is then its weight at every
+step, as in a stationary process (measured by bench/mix_shares.py, docs/own-corpora.md).
+
+Why real lengths: how far a running row stands behind a corpus where a document begins depends
+on the lengths of the documents before it (after a 20,000-token article the other corpus is
+read for a long time, far behind). A walk of mean lengths never goes that far: rows started
+from it stood 1,000 to 1,400 tokens nearer the weights than running rows do (WikiText-103
+articles at 0.3), and the run's share of the long corpus was 3 to 9 points above its weight
+until that difference was spread over many steps. Why whole shares: the documents a row reads
+first must be drawn as the walk's lengths are, from the whole corpus; rows that all started in
+the first few documents of their shares read other documents than the lengths sampled.
 """
 
 from __future__ import annotations
@@ -29,14 +40,18 @@ import numpy as np
 
 MASK64 = (1 << 64) - 1
 START_WINDOW_DOCUMENTS = 8
-"""A row's first document starts at a token drawn from this many mean documents of its share
-(after the share's first end of a document: the share may begin inside one)."""
+"""Mean documents of a share looked through for where the document at a row's first token
+begins (a longer one is counted from there), and ahead for the next document's start."""
 SETTLING_DOCUMENTS = 3
 """Mean documents of the corpus with the longest ones a row reads before the run's shares are
 close to the weights (docs/own-corpora.md: how close)."""
 WARM_UP_CYCLES = 4
-"""Cycles of the mean-length walk before the first row's start (away from the walk's start,
-where every corpus is equally behind)."""
+"""Cycles of the real-length walk before the documents rows start from (away from the walk's
+start, where every corpus is equally behind)."""
+WALK_DOCUMENTS = 256
+"""Documents of each corpus the walk reads past its warm-up (rows' starts are spread over them)."""
+WALK_LIMIT = 200_000
+"""Documents the walk reads at most (weights far apart: the rarest corpus gets fewer)."""
 
 
 def splitmix64(x: int) -> int:
@@ -62,19 +77,27 @@ class RowStart:
     """The corpus of the row's first document."""
     counts: list[int]
     """Per corpus, the tokens the schedule counts as read where the first document began (from
-    the mean-length walk)."""
-    fraction: float
-    """Where the row's first token lies in the first corpus's start window, in [0, 1)."""
+    the real-length walk)."""
+    fractions: list[float]
+    """Per corpus, where in its share the row's reading starts, in [0, 1): at that token in the
+    first corpus, at the first document after it in the others."""
 
 
 class MixSchedule:
-    """The corpora's weights (normalized) and mean document lengths, and the choices made from
-    them."""
+    """The corpora's weights (normalized), mean document lengths and sampled document lengths,
+    and the choices made from them."""
 
-    def __init__(self, weights: list[float], mean_tokens: list[float]):
+    def __init__(
+        self,
+        weights: list[float],
+        mean_tokens: list[float],
+        lengths: list[np.ndarray] | None = None,
+    ):
         total = sum(weights)
         self.weights = np.array([w / total for w in weights], np.float64)
         self.mean_tokens = np.array(mean_tokens, np.float64)
+        # Without sampled lengths every document has its corpus's mean length.
+        self.lengths = lengths or [np.array([max(1, round(m))]) for m in mean_tokens]
 
     def next_corpus(self, counts: list[int]) -> int:
         """The corpus furthest behind its share of ``counts``' total (the first of ties)."""
@@ -89,33 +112,46 @@ class MixSchedule:
 
     def starts(self, seed: int, global_rows: int) -> list[RowStart]:
         """Every global row's start."""
-        cycle = float(np.max(self.mean_tokens / self.weights))
-        u = uniform(seed, -1, 0)
-        times = [cycle * (WARM_UP_CYCLES + (u + g / global_rows) % 1.0) for g in range(global_rows)]
-        walked = self.walk(times)
-        return [RowStart(c, counts, uniform(seed, g, 1)) for g, (c, counts) in enumerate(walked)]
+        begins = self.walk(seed)
+        bounds = np.cumsum(self.weights)
+        u, starts = uniform(seed, -1, 0), []
+        for g in range(global_rows):
+            x = (u + g / global_rows) % 1.0
+            corpus = min(int(np.searchsorted(bounds, x, side="right")), len(bounds) - 1)
+            within = (x - bounds[corpus] + self.weights[corpus]) / self.weights[corpus]
+            found = begins[corpus]  # by how far the corpus stands behind: rows get quantiles
+            counts = found[min(int(within * len(found)), len(found) - 1)]
+            fractions = [uniform(seed, g, 1 + c) for c in range(len(bounds))]
+            starts.append(RowStart(corpus, counts, fractions))
+        return starts
 
     def start_window(self, corpus: int) -> int:
-        """Tokens of a share a row's first token is drawn from (after its first end)."""
+        """Tokens of a share looked through around a row's first token (START_WINDOW_DOCUMENTS)."""
         return round(START_WINDOW_DOCUMENTS * self.mean_tokens[corpus])
 
-    def walk(self, times: list[float]) -> list[tuple[int, list[int]]]:
-        """(corpus, counts) of the document read at each of ``times``, in the schedule walked
-        with documents of the mean lengths from zero counts; the counts where it began."""
-        order = sorted(range(len(times)), key=times.__getitem__)
-        at: list[tuple[int, list[int]]] = [(0, [])] * len(times)
-        counts = np.zeros(len(self.weights), np.float64)
-        clock = 0.0
-        for i in order:
-            while True:
-                corpus = int(np.argmax(self.weights * clock - counts))
-                length = self.mean_tokens[corpus]
-                if clock + length > times[i]:
+    def walk(self, seed: int) -> list[list[list[int]]]:
+        """Per corpus, the counts where each of its documents began in the schedule walked from
+        zero counts with documents of lengths drawn from ``lengths`` (seeded), past the warm-up;
+        WALK_DOCUMENTS of each corpus (the first, at the least, when WALK_LIMIT stops it)."""
+        rng = np.random.default_rng(splitmix64(seed & MASK64))
+        weights, k = self.weights.tolist(), len(self.weights)
+        warm_up = WARM_UP_CYCLES * float(np.max(self.mean_tokens / self.weights))
+        counts, clock = [0] * k, 0
+        begins: list[list[list[int]]] = [[] for _ in range(k)]
+        draws: list[list[int]] = [[] for _ in range(k)]
+        for _ in range(WALK_LIMIT):
+            corpus = max(range(k), key=lambda c: weights[c] * clock - counts[c])
+            if clock >= warm_up:
+                begins[corpus].append(list(counts))
+                if min(map(len, begins)) >= WALK_DOCUMENTS:
                     break
-                counts[corpus] += length
-                clock += length
-            at[i] = (corpus, [round(c) for c in counts])
-        return at
+            if not draws[corpus]:
+                draws[corpus] = rng.choice(self.lengths[corpus], 4096).tolist()
+            length = int(draws[corpus].pop())
+            counts[corpus] += length
+            clock += length
+        behind = [lambda n, c=c: weights[c] * sum(n) - n[c] for c in range(k)]
+        return [sorted(found, key=behind[c]) or [list(counts)] for c, found in enumerate(begins)]
 
     def corpus_at(self, seed: int, row: int, document: int) -> int:
         """The corpus of a row's document in the schedule of stream states of version 1 (drawn

@@ -37,12 +37,12 @@ from data_pipeline.streams.batch_stream import BatchStream, check_vocab
 from data_pipeline.streams.geometry import check_layout
 from data_pipeline.streams.mix_rows import MixRows, RowCursor
 from data_pipeline.streams.mix_schedule import MixSchedule
+from data_pipeline.streams.mix_state import STATE_KIND, check_mix_state
 from data_pipeline.streams.prefetch import Prefetcher
 from data_pipeline.streams.shares import DEFAULT_READING, CorpusShares, MixSource, Reading
 
 log = logging.getLogger(__name__)
 
-STATE_KIND = "mix"
 STATE_VERSION = 2
 
 
@@ -107,7 +107,9 @@ class MixedStreams(BatchStream):
             for s, m in zip(sources, manifests)
         ]
         self.schedule = MixSchedule(
-            [s.weight for s in sources], [m.tokens / m.documents for m in manifests]
+            [s.weight for s in sources],
+            [m.tokens / m.documents for m in manifests],
+            [c.document_lengths() for c in self.corpora],
         )
         steps_per_block = max(1, reading.block_tokens // (rows_per_rank * tgt_len))
         self.walk = MixRows(self.corpora, self.schedule, self.local_rows, tgt_len, steps_per_block)
@@ -116,7 +118,7 @@ class MixedStreams(BatchStream):
         self.cursors = [self.walk.start(g, starts[g]) for g in self.local_rows]
         self.next_step = 0
         self.epoch, self.step, self.new_epoch = 0, -1, False
-        self.announced = {(i, 0) for i in range(len(sources))}  # (corpus, epoch) logged
+        self.announced = [0] * len(sources)  # per corpus, the last epoch logged
 
     @property
     def shares(self) -> list[int]:
@@ -152,19 +154,9 @@ class MixedStreams(BatchStream):
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume at ``state``'s position (seed and order come from the state)."""
-        if state.get("kind") != STATE_KIND:
-            raise ValueError(
-                "stream state is of one corpus (data.path), this stream mixes corpora "
-                "(data.mix); resume a run with the data it was trained on"
-            )
-        for key in ("global_rows", "tgt_len", "corpora"):
-            mine = self.names if key == "corpora" else getattr(self, key)
-            if state[key] != mine:
-                raise ValueError(
-                    f"stream state has {key}={state[key]}, this stream {mine}; resume with the "
-                    "same global rows (world_size x rows_per_rank), tgt_len and data.mix names"
-                )
+        """Resume at ``state``'s position (seed and order come from the state), once every
+        value of it is checked (StreamStateError naming the key)."""
+        check_mix_state(state, self.names, self.shares, self.global_rows, self.tgt_len)
         self.close()
         self.seed, self.order, self.next_step = state["seed"], state["order"], state["step"]
         for corpus in self.corpora:
@@ -175,9 +167,7 @@ class MixedStreams(BatchStream):
                 {},
             )
         self.cursors = [self.cursor_of(state, g) for g in self.local_rows]
-        self.announced = {
-            (i, e) for c in self.cursors for i, last in enumerate(c.epochs) for e in range(last + 1)
-        }
+        self.announced = [max(c.epochs[i] for c in self.cursors) for i in range(len(self.names))]
 
     def cursor_of(self, state: dict, row: int) -> RowCursor:
         """Global row ``row``'s cursor in ``state``; a version 1 state (rows drawn by hash:
@@ -227,8 +217,8 @@ class MixedStreams(BatchStream):
         ran out and starts over (at the batch that reaches it, not when it is read ahead)."""
         for i, name in enumerate(self.names):
             row, cursor = max(zip(self.local_rows, self.cursors), key=lambda rc: rc[1].epochs[i])
-            if (i, cursor.epochs[i]) not in self.announced:
-                self.announced.add((i, cursor.epochs[i]))
+            if cursor.epochs[i] > self.announced[i]:
+                self.announced[i] = cursor.epochs[i]
                 log.info(
                     f"mix: corpus {name} ran out in row {row}; its epoch {cursor.epochs[i]} "
                     "starts, in its own order"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data_pipeline.shards.errors import DataError
+from data_pipeline.shards.errors import DataError, ShardCorruptError
 from data_pipeline.shards.format import Manifest
 from data_pipeline.shards.storage import DEFAULT_RETRY, Retry, filesystem
 from data_pipeline.streams.order import EpochOrder, shuffle_documents
@@ -44,6 +44,9 @@ class Reading:
 
 
 DEFAULT_READING = Reading()
+LENGTH_SAMPLES = 256
+"""Samples, spread evenly over a corpus, whose documents' lengths stand for all of its own (read
+from the samples' length arrays alone: a few hundred small reads)."""
 
 
 class CorpusShares:
@@ -100,6 +103,71 @@ class CorpusShares:
             if cut[1]:  # the last entry is a piece: its document goes on in the next sample
                 ends = ends[:-1]
             self.samples[(epoch, j)] = tokens, ends
+
+    def document_lengths(self) -> np.ndarray:
+        """Lengths of the documents that begin in LENGTH_SAMPLES samples spread evenly over the
+        corpus (all of them in a smaller one), a document cut between samples whole, then cut
+        where shares end: every document is in it with the same chance, so its lengths are
+        distributed as the ones rows read."""
+        n, continues = len(self.table), self.table.continues
+        sample_starts = np.cumsum(self.table.tokens) - self.table.tokens
+        picked = sorted({int(k) for k in np.linspace(0, n - 1, min(n, LENGTH_SAMPLES)).round()})
+        ends = {k: self.last_piece(k) for k in picked if self.table.cut_ends(k)[1]}
+        entries = self.entry_lengths(sorted(set(picked) | set(ends.values())))
+        found = []
+        for k in picked:
+            lengths = entries[k][1:] if continues[k] else entries[k].copy()
+            if len(lengths) and k in ends:  # its last document goes on to sample ends[k]
+                j = ends[k]
+                lengths[-1] += self.table.tokens[k + 1 : j].sum() + entries[j][0]
+            first = sample_starts[k] + (entries[k][0] if continues[k] else 0)
+            found.append(self.cut_at_shares(first + np.cumsum(lengths) - lengths, lengths))
+        return np.concatenate(found)
+
+    def cut_at_shares(self, begins: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The pieces that documents at corpus positions ``begins`` leave where shares end
+        (a row reads its share round and round: a piece is a document to it); none past the
+        last share, which no row reads."""
+        read = self.share * (self.manifest.tokens // self.share)
+        pieces = []
+        for begin, length in zip(begins.tolist(), lengths.tolist()):
+            cuts = range((begin // self.share + 1) * self.share, begin + length, self.share)
+            points = [begin, *cuts, min(begin + length, read)]
+            pieces += [b - a for a, b in zip(points, points[1:]) if b > a]
+        return np.array(pieces, np.int64)
+
+    def last_piece(self, sample: int) -> int:
+        """The sample in which the document cut at the end of ``sample`` ends."""
+        j = sample + 1
+        while self.table.cut_ends(j)[1]:
+            j += 1
+        return j
+
+    def entry_lengths(self, samples: list[int]) -> dict[int, np.ndarray]:
+        """The length arrays of ``samples`` (int64), read alone, checked against the manifest."""
+        table, reader = self.table, self.reader
+        shards = [table.shards[table.shard_of[k]] for k in samples]
+        index = [int(table.index_in_shard[k]) for k in samples]
+        starts = [s.lengths_offsets[i] for s, i in zip(shards, index)]
+        stops = [a + 4 * s.sample_documents[i] for a, s, i in zip(starts, shards, index)]
+        paths = [reader.paths[table.shard_of[k]] for k in samples]
+        blobs = reader.fs.cat_ranges(paths, starts, stops)
+        found = {}
+        for k, shard, i, stop, start, blob in zip(samples, shards, index, stops, starts, blobs):
+            if isinstance(blob, BaseException):
+                raise reader.read_error(blob, int(table.shard_of[k]), i)
+            lengths = np.frombuffer(blob, "<i4").astype(np.int64)
+            if (
+                len(blob) != stop - start
+                or lengths.min(initial=0) < 0
+                or (lengths.sum() != shard.sample_tokens[i])
+            ):
+                raise ShardCorruptError(
+                    f"{table.urls[table.shard_of[k]]}: sample {i}'s document lengths do not add "
+                    "up to its tokens; re-run txl-prepare"
+                )
+            found[k] = lengths
+        return found
 
     def document_stop(self, epoch: int, start: int, cap: int) -> tuple[int, bool]:
         """(stop, ends): the first document end after ``start`` if it is <= ``cap`` (ends True),

@@ -61,7 +61,9 @@ def test_log_lines_show_bpc_for_char_level_records_and_ppl_for_word_level_ones()
     word = dict(loss=3.0, ppl=20.0855, memory_gib=1.0, **timing)
     assert "| bpc    1.0099 |" in train_line(char) and "ppl" not in train_line(char)
     assert "| ppl     20.09 |" in train_line(word) and "bpc" not in train_line(word)
-    assert "| seen 4,096 |" in train_line(word)
+    assert "| seen/rank 4,096 |" in train_line(word)  # rank 0's count, every rank's alike
+    mixed = dict(word, mix_tokens={"man": 14_336, "wiki": 6_144})  # drawn by all ranks
+    assert train_line(mixed).endswith("| mix, all ranks: man 14,336 (70.0%) wiki 6,144 (30.0%)")
     evaluated = dict(split="valid", step=7, loss=0.7, bpc=1.0099, tokens=5, tokens_per_s=1.0)
     assert "| loss 0.7000 | bpc 1.0099 |" in eval_line(evaluated)
 

@@ -337,11 +337,12 @@ def test_a_mix_logs_its_tokens_per_corpus_and_evaluates_each_corpus_and_their_me
     rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "split" not in r]
     assert [r["mix_tokens"] for r in train] == [{"web": 9, "books": 3}, {"web": 18, "books": 6}]
+    assert [r["mix_shares"] for r in train] == [{"web": 0.75, "books": 0.25}] * 2
     evals = [(r.get("corpus"), r["loss"], r["tokens"]) for r in rows if "split" in r]
     assert evals == [("web", 2.0, 300), ("books", 4.0, 100), (None, 2.5, 400)]  # mean by tokens
     assert math.isclose([r for r in rows if "split" in r][-1]["ppl"], math.exp(2.5))
     lines = caplog.messages
-    assert any("| mix web 18 books 6" in line for line in lines)
+    assert any("| mix, all ranks: web 18 (75.0%) books 6 (25.0%)" in line for line in lines)
     assert any(line.startswith("eval valid books step 4 | loss 4.0000") for line in lines)
     assert trainer.metrics.evaluations["valid"]["loss"] == 2.5  # the summary shows the mean
 

@@ -253,7 +253,7 @@ def train_line(r: dict[str, Any]) -> str:
         parts.append(f"scale {r['loss_scale']:g}")
     parts += [
         f"tok/s {r['tokens_per_s']:9.0f}",
-        f"seen {r['tokens_seen']:,}",
+        f"seen/rank {r['tokens_seen']:,}",  # rank 0's tokens; the mix's counts are all ranks
         f"step {r['step_time_s'] * 1000:7.1f}ms",
         f"data {r['data_wait_s'] * 1000:6.1f}ms",
     ]
@@ -263,8 +263,18 @@ def train_line(r: dict[str, Any]) -> str:
     if r.get("skipped_steps"):
         parts.append(f"skipped {r['skipped_steps']}")
     if r.get("mix_tokens"):
-        parts.append("mix " + " ".join(f"{k} {v}" for k, v in r["mix_tokens"].items()))
+        shares = mix_shares(r["mix_tokens"])
+        drawn = (f"{k} {v:,} ({100 * shares[k]:.1f}%)" for k, v in r["mix_tokens"].items())
+        parts.append("mix, all ranks: " + " ".join(drawn))
     return " | ".join(parts)
+
+
+def mix_shares(mix_tokens: dict[str, int] | None) -> dict[str, float] | None:
+    """Each corpus's share of the tokens all ranks drew from a mix (None without one)."""
+    if not mix_tokens:
+        return None
+    total = sum(mix_tokens.values())
+    return {name: tokens / total if total else 0.0 for name, tokens in mix_tokens.items()}
 
 
 def eval_line(r: dict[str, Any]) -> str:

@@ -32,6 +32,7 @@ from txl_dist.engine.metrics import (
     Throughput,
     eval_line,
     memory_gib,
+    mix_shares,
     train_line,
 )
 from txl_dist.engine.profiling import SnapshotOnOutOfMemory, StepProfiler
@@ -264,7 +265,8 @@ class Trainer:
             memory_gib=memory_gib(self.device),
             skipped_steps=max(self.skipped_steps, self._overflow_skips()),
             epoch=self.streams.epoch,
-            mix_tokens=self.streams.mix_tokens(),  # a collective for a mix: every rank logs
+            mix_tokens=(mix := self.streams.mix_tokens()),  # a collective for a mix: every rank
+            mix_shares=mix_shares(mix),
             requeues=self.requeues,  # wandb shows at which steps the job was requeued
             slurm_job_id=_int_or_none(os.environ.get("SLURM_JOB_ID")),
         )

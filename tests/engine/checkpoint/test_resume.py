@@ -5,10 +5,16 @@ import re
 
 import pytest
 
+from data_pipeline import manifest_url, prepare
+from data_pipeline.streams import MixedStreams, MixSource
+from tests.data_pipeline.corpora.test_records import write_jsonl
 from tests.engine.checkpoint.on_disk import damage_memory_file, fake_checkpoint, state
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import DamagedCheckpointError
+from txl_dist.engine.checkpoint.parts import RunState
 from txl_dist.engine.checkpoint.parts.memory import rows_of
+from txl_dist.engine.checkpoint.parts.stream import StreamPart
+from txl_dist.process.dist import World
 from txl_dist.schema import ConfigError
 
 
@@ -95,3 +101,45 @@ def test_which_checkpoints_can_resume_this_run(tmp_path):
     assert not checkpoint.needs_universal(point, world_size=2, zero_stage=3)
     assert not checkpoint.needs_universal(point, world_size=1, zero_stage=0)
     assert checkpoint.needs_universal(point, world_size=1, zero_stage=1)
+
+
+@pytest.fixture(scope="module")
+def mix(shared_data, tmp_path_factory) -> list[MixSource]:
+    """Two small real corpora with one BPE tokenizer (WikiText-2 lines, One Billion Word
+    sentences), prepared: a mix of them."""
+    root = tmp_path_factory.mktemp("mix")
+    lines = (shared_data / "wikitext-2" / "valid.txt").read_text(encoding="utf-8").splitlines()
+    news = shared_data / "one-billion-word" / "news.en.heldout-00000-of-00050.part1"
+    text = {
+        "wiki": [x for x in lines if x.strip()][:300],
+        "news": news.read_text(encoding="utf-8").splitlines()[:300],
+    }
+    tokenizer = "bpe:300"
+    for name, documents in text.items():
+        write_jsonl(root / "src" / name / "train" / "docs.jsonl", documents)
+        prepare("jsonl", str(root / name), str(root / "src" / name), tokenizer=tokenizer,
+                progress=False)  # fmt: skip
+        tokenizer = f"file://{root / 'wiki' / 'tokenizer.json'}"
+    return [MixSource(n, manifest_url(str(root / n), "train"), 0.5) for n in text]
+
+
+@pytest.mark.parametrize(
+    "row,index,value,says",
+    [(0, 0, -1, "rows[0][0] is -1"), (1, 1, 10**12, "rows[1][1] is 1000000000000"),
+     (2, 3, 10**15, "rows[2][3] is 1000000000000000"), (3, 5, -(10**15), "rows[3][5] is -1")],
+)  # fmt: skip
+def test_a_mix_state_no_stream_can_stand_at_is_refused_naming_the_checkpoint_file(
+    tmp_path, mix, row, index, value, says
+):
+    stream = MixedStreams(mix, 4, 20, seed=2)
+    fake_checkpoint(tmp_path, 5, world_size=1, rows_per_rank=4)
+    point = checkpoint.find_resume_point(str(tmp_path), "unused")
+    saved = stream.state_dict()
+    saved["rows"][row][index] = value
+    point.client.parts["stream"] = saved
+    part, run = StreamPart(stream), RunState(run_id="r1")
+    with pytest.raises(DamagedCheckpointError) as refused:
+        checkpoint.restore(point, False, [part], run, World(0, 1, 0))
+    where = tmp_path / "global_step5" / checkpoint.CLIENT_FILE
+    assert str(refused.value).startswith(f"{where}: parts.stream: stream state {says}")
+    assert stream.state_dict() == stream.state_of(stream.row_states())  # still at its start

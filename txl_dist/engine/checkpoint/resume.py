@@ -13,6 +13,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from data_pipeline.streams import StreamStateError
 from txl_dist.engine.checkpoint.parts import CheckpointPart, Location, Place, RunState, rank_file
 from txl_dist.engine.checkpoint.state import (
     CHECKPOINT_DIR,
@@ -198,7 +199,11 @@ def restore(
     tag = convert_to_universal(point) if universal else point.tag
     run.run_id, run.step = client.run_id or run.run_id, client.step
     for part in parts:
-        part.load_state_dict(_state_of(point, part, tag))
+        try:
+            part.load_state_dict(_state_of(point, part, tag))
+        except StreamStateError as err:  # a received checkpoint's numbers, refused: name where
+            where = os.path.join(point.directory, point.tag, CLIENT_FILE)
+            raise DamagedCheckpointError(f"{where}: parts.{part.name}: {err}") from None
     if world.is_main:
         note = "optimizer via universal checkpoint" if universal else "exact"
         if client.world_size != world.world_size:
