@@ -25,6 +25,7 @@ from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint import Checkpointer, RunState
 from txl_dist.engine.checkpoint.parts import SeenTokens
 from txl_dist.engine.evaluate import EvalResult
+from txl_dist.engine.health.guard import SpikeGuard
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import (
     Metrics,
@@ -74,6 +75,7 @@ class Trainer:
         state: RunState,
         seen: SeenTokens,
         plan: RunPlan,
+        spikes: SpikeGuard,
     ):
         self.config, self.world, self.device = config, world, device
         self.engine, self.scheduler, self.streams, self.memory = engine, scheduler, streams, memory
@@ -82,7 +84,7 @@ class Trainer:
         self.run_id, self.step = state.run_id, state.step
         self.restarts, self.requeues = state.restarts, state.requeues
         self.seen = seen
-        self.plan = plan
+        self.plan, self.spikes = plan, spikes
         self.nonfinite, self.skipped_steps = _NonFinite(device), 0
         self.throughput = Throughput.of(
             config.model,
@@ -120,10 +122,12 @@ class Trainer:
                 self.profiler.starting(self.step + 1)
                 started = time.perf_counter()
                 input_ids, targets = next(batches)
+                targets = self.spikes.batch(targets, self.streams.vocab_size)
                 fetched = time.perf_counter()
                 with self.out_of_memory:
                     loss = self.train_step(input_ids, targets)
                 self.nonfinite.add(loss)
+                self.spikes.add(self.step + 1, loss, self.engine.get_global_grad_norm())
                 self.seen.tokens += input_ids.numel()
                 tokens = self.plan.rows_per_rank * input_ids.size(1) * self.world.world_size
                 window.add(loss, tokens, fetched - started, time.perf_counter() - started)
@@ -136,6 +140,10 @@ class Trainer:
                     self._evaluate(self.config.data.valid_split)
                 # A stop at the last step is the end of the run, not an early stop to resume.
                 stop = self.stop.agreed(self.device) and self.step < train.max_steps
+                saving = stop or self.checkpoints.due(self.step) or self.step == train.max_steps
+                if self.spikes.due(self.step, saving) and (restarted := self._spike_check()):
+                    batches, window = restarted, _Window(self.device)
+                    continue
                 if stop or self.checkpoints.due(self.step):
                     self._save()
                 if stop:
@@ -284,8 +292,24 @@ class Trainer:
             tokens_per_s=result.tokens / max(result.seconds, 1e-9),
         )
 
+    def _spike_check(self):
+        """Check the steps since the last check; after a spike, roll back: the batches from
+        the first one after the skipped data (None: no spike)."""
+        spike = self.spikes.check()
+        if spike is None:
+            return None
+        c = self.checkpoints
+        self.step, batches = self.spikes.roll_back(
+            spike, c, self.config.zero_stage, self.streams, self.memory
+        )
+        self.nonfinite = _NonFinite(self.device)  # the rolled-back steps' losses are gone
+        return batches
+
     def _save(self) -> None:
         self._check_nonfinite()  # never save what should have ended the run
+        if (since := self.spikes.suspect_since) is not None:  # guard.py: never save a spike
+            self._announce(f"not saving step {self.step}: the loss is spiky since step {since}")
+            return
         with self.watchdog.phase("checkpoint save", self.step):
             path = self.checkpoints.save(self.step)
         if self.checkpoints.in_background:

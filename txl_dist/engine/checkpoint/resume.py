@@ -197,8 +197,7 @@ def restore(
     client = point.client
     tag = convert_to_universal(point) if universal else point.tag
     run.run_id, run.step = client.run_id or run.run_id, client.step
-    for part in parts:
-        part.load_state_dict(_state_of(point, part, tag))
+    load_parts(point, tag, parts)
     if world.is_main:
         note = "optimizer via universal checkpoint" if universal else "exact"
         if client.world_size != world.world_size:
@@ -207,6 +206,13 @@ def restore(
             f"resumed {point.tag} at step {client.step} (saved on "
             f"{client.world_size} ranks, now {world.world_size}; {note})"
         )
+
+
+def load_parts(point: ResumePoint, tag: str, parts: list[CheckpointPart]) -> None:
+    """Load checkpoint `point` into each of `parts` (DeepSpeed's files from `tag`); also a
+    rollback's, which restores the parts of a run under way (engine/health/rollback.py)."""
+    for part in parts:
+        part.load_state_dict(_state_of(point, part, tag))
 
 
 def _state_of(point: ResumePoint, part: CheckpointPart, tag: str) -> Any:
