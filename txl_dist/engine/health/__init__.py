@@ -1,1 +1,9 @@
-"""Training health: faults that leave every process alive (loss spikes, slow ranks, silent corruption)."""
+"""Training health: faults that leave every process alive (loss spikes, slow ranks, silent
+corruption).
+
+- spikes.py: the spike detector, a median and MAD over a window of good steps;
+- guard.py: the trainer's handle on spikes: checks, no save while spiky, rollbacks and their limit;
+- rollback.py: the newest intact checkpoint before a spike restored, the data after it skipped;
+- record.py: what a checkpoint keeps of it (data position, the statistic, the rollbacks);
+- inject.py: faults injected through the real command by environment variables.
+"""
