@@ -98,7 +98,7 @@ def records(out_dir: Path) -> list[dict]:
 
 
 def train_losses(out_dir: Path) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in records(out_dir) if "split" not in r}
+    return {r["step"]: r["loss"] for r in records(out_dir) if "split" not in r and "loss" in r}
 
 
 def eval_ppl(out_dir: Path, split: str = "valid") -> float:

@@ -6,8 +6,10 @@
 
 A run: four panels against the step: training loss, evaluation perplexity (one line per split;
 bits per character for char-level data, as its metrics.jsonl records them),
-learning rate and training tokens/s, with a dashed line where the run was restarted. A resumed
-run may log a step again; the later record wins. Only one run is drawn: the directory's latest
+learning rate and training tokens/s, with a dashed line where the run was restarted and a red
+dotted one where it rolled back from a loss spike (each rollback also said in a line: its
+restored step and skipped data). A resumed or rolled-back run may log a step again; the later
+record wins. Only one run is drawn: the directory's latest
 (the run of the last row), or `--run ID`.
 Sweeps (`txl-eval --sweep-mem-len ... --out FILE.csv`): perplexity (bits per character for
 char-level data) against the swept context (attention length, or clamp length), one line per
@@ -71,6 +73,8 @@ class RunMetrics:
     """The run drawn (None: rows from before runs had ids)."""
     restarts: list[int] = field(default_factory=list)
     """First step logged by each restart of the run."""
+    rollbacks: list[dict] = field(default_factory=list)
+    """The run's rollbacks from loss spikes, as metrics.jsonl records them."""
 
 
 def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
@@ -91,7 +95,9 @@ def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
         if row.get("restart", 0) != restart:
             restart = row.get("restart", 0)
             metrics.restarts.append(step)
-        if "split" in row:
+        if row.get("event") == "rollback":
+            metrics.rollbacks.append(row)
+        elif "split" in row:
             metrics.score, value = score_of(row)
             # A mix's corpora each get their own line beside the split's (their mean).
             name = " ".join(row[k] for k in ("split", "corpus") if k in row)
@@ -124,6 +130,8 @@ def plot(metrics: RunMetrics, out: str, title: str) -> dict[str, dict]:
             ax.plot(steps, values, marker="o" if len(steps) < 30 else None, label=label)
         for step in metrics.restarts:
             ax.axvline(step, color="grey", linestyle="--", linewidth=1)
+        for rollback in metrics.rollbacks:
+            ax.axvline(rollback["spike_step"], color="red", linestyle=":", linewidth=1)
         ax.set_title(name)
         ax.grid(alpha=0.3)
         if series:
@@ -254,8 +262,19 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or os.path.join(args.run_dir, REPORT_FILE)
     title = os.path.basename(os.path.abspath(args.run_dir))
     plot(metrics, out, f"{title} (run {metrics.run_id})" if metrics.run_id else title)
+    for r in metrics.rollbacks:
+        print(rollback_line(r))
     print(f"wrote {out}")
     return 0
+
+
+def rollback_line(r: dict) -> str:
+    """One rollback in words, for the report's summary."""
+    return (
+        f"rollback: loss spike at step {r['spike_step']} (loss {r['spike_loss']:.4f}, median "
+        f"{r['spike_median']:.4f}), restored step {r['restored_step']}, skipped data positions "
+        f"{r['skipped_first']}-{r['skipped_last']}"
+    )
 
 
 def _report_sweep(paths: list[str], out: str | None, threshold: float) -> int:
