@@ -1,5 +1,6 @@
-"""Loss spikes through the real command: `deepspeed` with 2 CPU ranks (gloo) on WikiText-103,
-a spike injected into a window of data positions (TXL_INJECT_SPIKE), rolled back and skipped."""
+"""Loss spikes and a flipped bit through the real command: `deepspeed` with 2 CPU ranks (gloo)
+on WikiText-103, a spike injected into a window of data positions (TXL_INJECT_SPIKE), rolled
+back and skipped; a bit flipped in one rank's gradient (TXL_INJECT_BITFLIP), named and re-run."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import subprocess
 import time
 
 import pytest
+import torch
 
 from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import STEPS, command, eval_ppl, records, train
 from txl_dist.cli import FAILED
-from txl_dist.engine.health.inject import SPIKE_ENV
+from txl_dist.engine.health.inject import BITFLIP_ENV, SPIKE_ENV
 
 # zero_runs[2] with checkpoints every 5 steps and a detector whose window fills in the test's
 # 30 steps (the defaults' 100 steps would not); the spike's data lies at positions 19-22.
@@ -117,3 +119,24 @@ def test_spikes_that_keep_coming_stop_the_run_with_one_line(wikitext, tmp_path):
     assert len(lines) == 1, proc.stderr[-3000:]
     assert "after 1 rollbacks within 1000 steps (spikes.max_rollbacks)" in lines[0]
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_bit_flipped_in_one_ranks_gradient_is_named_and_the_model_is_the_clean_runs(
+    wikitext, zero_runs, tmp_path
+):
+    out = tmp_path / "flipped"
+    proc = train(out, wikitext, overrides=[f"train.max_steps={STEPS}"], env={BITFLIP_ENV: "5:1"})
+    (fault,) = [r for r in records(out) if r.get("event") == "transient_fault"]
+    assert (fault["step"], fault["ranks"]) == (5, [1])
+    assert "transient fault at step 5 on rank 1: its loss or gradient changed" in proc.stdout
+    assert [r["transient_faults"] for r in records(out) if r.get("step") == 5 and "loss" in r] == [
+        1
+    ]
+    # The re-run's update stands: every step's loss and the weights are the clean run's.
+    assert last_losses(records(out)) == last_losses(records(zero_runs[2]))
+    tag = f"checkpoints/global_step{STEPS}/mp_rank_00_model_states.pt"
+    clean, flipped = (
+        torch.load(run / tag, weights_only=False)["module"] for run in (zero_runs[2], out)
+    )
+    assert clean.keys() == flipped.keys()
+    assert all(torch.equal(clean[name], flipped[name]) for name in clean)

@@ -32,6 +32,10 @@ class SpikesConfig:
     rollback_window: int = 1000
     """Steps within which max_rollbacks rollbacks stop the run."""
 
+    rerun: bool = True
+    """Train a step whose update was skipped (non-finite) again, to name a rank with a transient
+    fault (not with train.cuda_graphs)."""
+
     def __post_init__(self) -> None:
         for name in (
             "window",

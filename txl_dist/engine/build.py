@@ -38,6 +38,7 @@ from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
 from txl_dist.engine.graphs import graph_layers
 from txl_dist.engine.health.guard import SpikeGuard
 from txl_dist.engine.health.record import SpikeRecord, SpikesPart
+from txl_dist.engine.health.rerun import StepRerun
 from txl_dist.engine.health.spikes import SpikeDetector
 from txl_dist.engine.init_from import InitSource, copy_weights, source_model
 from txl_dist.engine.memory import MemoryBank
@@ -152,6 +153,9 @@ def _assemble_trainer(
         seen=seen,
         plan=plan,
         spikes=SpikeGuard(config.spikes, spikes, world.world_size, metrics),
+        reruns=StepRerun(engine, scheduler, memory, world.rank, metrics, device)
+        if config.spikes.rerun and not config.train.cuda_graphs  # graphs replay no hooks
+        else None,
     )
     trainer.announce_job()
     metrics.start_wandb(config.logging.wandb, out_dir, config.to_dict(), state.run_id)

@@ -26,6 +26,7 @@ from txl_dist.engine.checkpoint import Checkpointer, RunState
 from txl_dist.engine.checkpoint.parts import SeenTokens
 from txl_dist.engine.evaluate import EvalResult
 from txl_dist.engine.health.guard import SpikeGuard
+from txl_dist.engine.health.rerun import StepRerun
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import (
     Metrics,
@@ -76,6 +77,7 @@ class Trainer:
         seen: SeenTokens,
         plan: RunPlan,
         spikes: SpikeGuard,
+        reruns: StepRerun | None = None,
     ):
         self.config, self.world, self.device = config, world, device
         self.engine, self.scheduler, self.streams, self.memory = engine, scheduler, streams, memory
@@ -84,7 +86,7 @@ class Trainer:
         self.run_id, self.step = state.run_id, state.step
         self.restarts, self.requeues = state.restarts, state.requeues
         self.seen = seen
-        self.plan, self.spikes = plan, spikes
+        self.plan, self.spikes, self.reruns = plan, spikes, reruns
         self.nonfinite, self.skipped_steps = _NonFinite(device), 0
         self.throughput = Throughput.of(
             config.model,
@@ -125,7 +127,7 @@ class Trainer:
                 targets = self.spikes.batch(targets, self.streams.vocab_size)
                 fetched = time.perf_counter()
                 with self.out_of_memory:
-                    loss = self.train_step(input_ids, targets)
+                    loss = self._attempts(input_ids, targets)
                 self.nonfinite.add(loss)
                 self.spikes.add(self.step + 1, loss, self.engine.get_global_grad_norm())
                 self.seen.tokens += input_ids.numel()
@@ -141,8 +143,9 @@ class Trainer:
                 # A stop at the last step is the end of the run, not an early stop to resume.
                 stop = self.stop.agreed(self.device) and self.step < train.max_steps
                 saving = stop or self.checkpoints.due(self.step) or self.step == train.max_steps
-                if self.spikes.due(self.step, saving) and (restarted := self._spike_check()):
-                    batches, window = restarted, _Window(self.device)
+                if self.spikes.due(self.step, saving) and (back := self._spike_check()):
+                    (self.step, batches), window = back, _Window(self.device)
+                    self.nonfinite = _NonFinite(self.device)  # the rolled-back steps' are gone
                     continue
                 if stop or self.checkpoints.due(self.step):
                     self._save()
@@ -206,6 +209,11 @@ class Trainer:
                 self.scheduler.step()
         return torch.stack(slot_losses).mean()
 
+    def _attempts(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """train_step, again where its update was skipped and spikes.rerun (rerun.py)."""
+        step = lambda: self.train_step(input_ids, targets)  # noqa: E731
+        return self.reruns.run(self.step + 1, step, self._overflow_skips) if self.reruns else step()
+
     def _pinned(self, batch: torch.Tensor) -> torch.Tensor:
         """The batch in page-locked memory for a GPU: copied from there without waiting for the
         device (non_blocking), where a copy from pageable memory would wait for it."""
@@ -264,6 +272,7 @@ class Trainer:
             skipped_steps=max(self.skipped_steps, self._overflow_skips()),
             epoch=self.streams.epoch,
             mix_tokens=self.streams.mix_tokens(),  # a collective for a mix: every rank logs
+            transient_faults=self.reruns.transient if self.reruns else None,
             requeues=self.requeues,  # wandb shows at which steps the job was requeued
             slurm_job_id=_int_or_none(os.environ.get("SLURM_JOB_ID")),
         )
@@ -293,17 +302,9 @@ class Trainer:
         )
 
     def _spike_check(self):
-        """Check the steps since the last check; after a spike, roll back: the batches from
-        the first one after the skipped data (None: no spike)."""
-        spike = self.spikes.check()
-        if spike is None:
-            return None
-        c = self.checkpoints
-        self.step, batches = self.spikes.roll_back(
-            spike, c, self.config.zero_stage, self.streams, self.memory
-        )
-        self.nonfinite = _NonFinite(self.device)  # the rolled-back steps' losses are gone
-        return batches
+        """guard.py: None, or after a spike the restored step and the batches after the skip."""
+        c, stage = self.checkpoints, self.config.zero_stage
+        return self.spikes.checked(c, stage, self.streams, self.memory)
 
     def _save(self) -> None:
         self._check_nonfinite()  # never save what should have ended the run

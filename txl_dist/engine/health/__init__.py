@@ -4,6 +4,7 @@ corruption).
 - spikes.py: the spike detector, a median and MAD over a window of good steps;
 - guard.py: the trainer's handle on spikes: checks, no save while spiky, rollbacks and their limit;
 - rollback.py: the newest intact checkpoint before a spike restored, the data after it skipped;
+- rerun.py: a step whose update was skipped trained again, a transient fault's rank named;
 - record.py: what a checkpoint keeps of it (data position, the statistic, the rollbacks);
 - inject.py: faults injected through the real command by environment variables.
 """

@@ -81,6 +81,17 @@ class SpikeGuard:
                 return spike
         return None
 
+    def checked(
+        self, checkpoints: Checkpointer, zero_stage: int, streams: BatchStream, memory: MemoryBank
+    ) -> tuple[int, Iterator[tuple[torch.Tensor, torch.Tensor]]] | None:
+        """`check`, and on a spike `roll_back`: None, or the restored step and the batches."""
+        spike = self.check()
+        return (
+            None
+            if spike is None
+            else self.roll_back(spike, checkpoints, zero_stage, streams, memory)
+        )
+
     def roll_back(
         self, spike: Spike, checkpoints: Checkpointer, zero_stage: int, streams: BatchStream,
         memory: MemoryBank,
