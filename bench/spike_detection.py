@@ -10,7 +10,7 @@ measures the wait for a core) is summed over the training steps and over each de
 - the spike guard's per-step bookkeeping (the batch counted, the loss kept on the device) and
   its check every spikes.check_interval steps (one all-reduce on more ranks, none here);
 - the re-run's per-step snapshot (memory references, RNG states, schedule, learning rates);
-- the re-run's gradient hooks (each rank's sum of its gradients' squares): their work, timed as
+- the re-run's gradient hooks (each rank's sum of its own gradients): their work, timed as
   the same hook on every parameter's gradient once per micro-batch slot, outside backward.
 
 A re-run itself happens only after a skipped update and costs one more step then; the periodic
