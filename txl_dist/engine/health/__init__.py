@@ -1,5 +1,4 @@
-"""Training health: faults that leave every process alive (loss spikes, slow ranks, silent
-corruption).
+"""Training health: faults that leave every process alive (loss spikes, slow ranks, silent corruption).
 
 - spikes.py: the spike detector, a median and MAD over a window of good steps;
 - guard.py: the trainer's handle on spikes: checks, no save while spiky, rollbacks and their limit;
