@@ -143,7 +143,10 @@ class Trainer:
                 # A stop at the last step is the end of the run, not an early stop to resume.
                 stop = self.stop.agreed(self.device) and self.step < train.max_steps
                 saving = stop or self.checkpoints.due(self.step) or self.step == train.max_steps
-                if self.spikes.due(self.step, saving) and (back := self._spike_check()):
+                c, stage = self.checkpoints, self.config.zero_stage  # guard.py: a rollback?
+                if self.spikes.due(self.step, saving) and (
+                    back := self.spikes.checked(c, stage, self.streams, self.memory)
+                ):
                     (self.step, batches), window = back, _Window(self.device)
                     self.nonfinite = _NonFinite(self.device)  # the rolled-back steps' are gone
                     continue
@@ -300,11 +303,6 @@ class Trainer:
             tokens=result.tokens,
             tokens_per_s=result.tokens / max(result.seconds, 1e-9),
         )
-
-    def _spike_check(self):
-        """guard.py: None, or after a spike the restored step and the batches after the skip."""
-        c, stage = self.checkpoints, self.config.zero_stage
-        return self.spikes.checked(c, stage, self.streams, self.memory)
 
     def _save(self) -> None:
         self._check_nonfinite()  # never save what should have ended the run
