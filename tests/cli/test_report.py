@@ -224,3 +224,21 @@ def test_bad_sweep_files_are_clear_errors(tmp_path, capsys):
     assert "one kind at a time" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--sweep", str(tmp_path / "mem.csv")])
+
+
+def test_rollbacks_are_marked_and_said_and_their_records_draw_no_loss(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    write_metrics(tmp_path)
+    rollback = dict(
+        step=25, event="rollback", spike_step=23, spike_loss=11.2, spike_median=6.1,
+        spike_deviation=0.2, restored_step=20, skipped_first=21, skipped_last=30,
+    )  # fmt: skip
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(rollback) + "\n")
+    metrics = read_metrics(str(tmp_path / "metrics.jsonl"))
+    assert metrics.rollbacks == [rollback] and metrics.loss.points[25] == 10 - 5 * 25 / 40
+    assert main([str(tmp_path)]) == 0
+    assert (
+        "rollback: loss spike at step 23 (loss 11.2000, median 6.1000), restored step 20, "
+        "skipped data positions 21-30"
+    ) in capsys.readouterr().out

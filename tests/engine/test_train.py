@@ -20,6 +20,9 @@ from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
 from txl_dist.engine.checkpoint.parts import DeepSpeedPart, RunPart, SeenTokens, StreamPart
 from txl_dist.engine.evaluate import EvalResult, token_weighted
+from txl_dist.engine.health.guard import SpikeGuard
+from txl_dist.engine.health.record import SpikeRecord
+from txl_dist.engine.health.spikes import SpikeDetector
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.profiling import OutOfDeviceMemoryError
@@ -157,6 +160,8 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
     parts = [DeepSpeedPart(engine), RunPart(state), StreamPart(streams)]
     facts = checkpoint.record_facts(config, world, ROWS, streams, state.run_id)
     checkpoints = SavesAsEvents.for_run(parts, facts, config, world, start_step or None)
+    metrics = Metrics(str(tmp_path), enabled=True, run={"run_id": "r", "restart": 0})
+    spikes = SpikeGuard(config.spikes, SpikeRecord(SpikeDetector(config.spikes)), 1, metrics)
     return Trainer(
         config=config,
         world=world,
@@ -165,7 +170,7 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
         scheduler=SimpleNamespace(get_last_lr=lambda: [1e-3]),
         streams=streams,
         memory=memory,
-        metrics=Metrics(str(tmp_path), enabled=True, run={"run_id": "r", "restart": 0}),
+        metrics=metrics,
         stop=StopAt(stop_at, lambda: engine.steps),
         watchdog=watchdog,
         evaluate_split=evaluate_split,
@@ -173,6 +178,7 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
         state=state,
         seen=SeenTokens(),
         plan=plan,
+        spikes=spikes,
     )
 
 

@@ -98,7 +98,8 @@ def records(out_dir: Path) -> list[dict]:
 
 
 def train_losses(out_dir: Path) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in records(out_dir) if "split" not in r and "event" not in r}
+    rows = [r for r in records(out_dir) if "event" not in r]  # stragglers, rollbacks: no losses
+    return {r["step"]: r["loss"] for r in rows if "split" not in r and "loss" in r}
 
 
 def eval_ppl(out_dir: Path, split: str = "valid") -> float:

@@ -25,6 +25,7 @@ from txl_dist.config.loading import load_run_config, naming_txl_set
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine import checkpoint, run_dir
 from txl_dist.engine.build import build_trainer
+from txl_dist.engine.health.rollback import LossSpikeError
 from txl_dist.engine.health.stragglers import STRAGGLER_EXIT_CODE
 from txl_dist.engine.init_from import checked_source
 from txl_dist.engine.summary import closing_summary
@@ -127,6 +128,10 @@ def main(argv: list[str] | None = None) -> None:
     except checkpoint.CheckpointSaveError as err:  # every rank raised it: one line, from rank 0
         if world.is_main:
             print(f"checkpoint error: {err}", file=sys.stderr, flush=True)
+        sys.exit(FAILED)
+    except LossSpikeError as err:  # every rank decided it on the same numbers: one line
+        if world.is_main:
+            print(f"loss spikes: {err}", file=sys.stderr, flush=True)
         sys.exit(FAILED)
     except Exception as err:  # noqa: BLE001
         _fail(err, world, config.train.out_dir)

@@ -7,8 +7,10 @@
 A run: four panels against the step: training loss, evaluation perplexity (one line per split;
 bits per character for char-level data, as its metrics.jsonl records them),
 learning rate and training tokens/s, with a dashed line where the run was restarted and a red
-dotted one where a rank was named a straggler (also printed, one line each). A resumed
-run may log a step again; the later record wins. Only one run is drawn: the directory's latest
+dotted one where it rolled back from a loss spike (each rollback also said in a line: its
+restored step and skipped data) or, on the tokens/s panel, where a rank was named a straggler
+(also printed, one line each). A resumed or rolled-back run may log a step again; the later
+record wins. Only one run is drawn: the directory's latest
 (the run of the last row), or `--run ID`.
 Sweeps (`txl-eval --sweep-mem-len ... --out FILE.csv`): perplexity (bits per character for
 char-level data) against the swept context (attention length, or clamp length), one line per
@@ -74,6 +76,8 @@ class RunMetrics:
     """First step logged by each restart of the run."""
     stragglers: list[dict] = field(default_factory=list)
     """The run's straggler records: ranks named slow (docs/training.md, Slow ranks)."""
+    rollbacks: list[dict] = field(default_factory=list)
+    """The run's rollbacks from loss spikes, as metrics.jsonl records them."""
 
 
 def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
@@ -96,6 +100,8 @@ def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
             metrics.restarts.append(step)
         if row.get("event") == "straggler":
             metrics.stragglers.append(row)
+        elif row.get("event") == "rollback":
+            metrics.rollbacks.append(row)
         elif "split" in row:
             metrics.score, value = score_of(row)
             # A mix's corpora each get their own line beside the split's (their mean).
@@ -131,6 +137,8 @@ def plot(metrics: RunMetrics, out: str, title: str) -> dict[str, dict]:
             ax.axvline(step, color="grey", linestyle="--", linewidth=1)
         for s in metrics.stragglers if name == "tokens/s" else ():  # where steps slowed down
             ax.axvline(s["step"], color="red", linestyle=":", label=f"straggler rank {s['rank']}")
+        for rollback in metrics.rollbacks:
+            ax.axvline(rollback["spike_step"], color="red", linestyle=":", linewidth=1)
         ax.set_title(name)
         ax.grid(alpha=0.3)
         if series:
@@ -272,8 +280,19 @@ def main(argv: list[str] | None = None) -> int:
     plot(metrics, out, f"{title} (run {metrics.run_id})" if metrics.run_id else title)
     for line in straggler_lines(metrics):
         print(line)
+    for r in metrics.rollbacks:
+        print(rollback_line(r))
     print(f"wrote {out}")
     return 0
+
+
+def rollback_line(r: dict) -> str:
+    """One rollback in words, for the report's summary."""
+    return (
+        f"rollback: loss spike at step {r['spike_step']} (loss {r['spike_loss']:.4f}, median "
+        f"{r['spike_median']:.4f}), restored step {r['restored_step']}, skipped data positions "
+        f"{r['skipped_first']}-{r['skipped_last']}"
+    )
 
 
 def _report_sweep(paths: list[str], out: str | None, threshold: float) -> int:

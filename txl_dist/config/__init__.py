@@ -3,6 +3,7 @@
 - sections.py: the typed sections of a run config JSON (model, data, optim, train, deepspeed,
   wandb, logging) and `RunConfig`, validated once;
 - loading.py: a run config from its file, `--set` and `TXL_SET` overrides, `n_token: "auto"`;
+- spikes.py: the `spikes` section, loss-spike detection and rollback;
 - plan.py: `RunConfig.plan(world_size)`: batch layout, evaluation rows and precision per rank.
 - stragglers.py: the `stragglers` section (slow ranks named, warn or stop).
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from data_pipeline import ORDERS, Retry, redact
 from txl_dist.config.plan import DeepSpeedSection, RunPlan, plan_run
+from txl_dist.config.spikes import SpikesConfig
 from txl_dist.config.stragglers import StragglerConfig
 from txl_dist.model.config import TXLConfig
 from txl_dist.schema import section_from_dict
@@ -274,6 +275,8 @@ class RunConfig:
     """Console, metrics.jsonl and wandb."""
     stragglers: StragglerConfig = dataclasses.field(default_factory=StragglerConfig)
     """Naming a rank that is slower than the others (docs/training.md, Slow ranks)."""
+    spikes: SpikesConfig = dataclasses.field(default_factory=SpikesConfig)
+    """Loss spikes detected and rolled back (docs/training.md)."""
 
     def __post_init__(self) -> None:
         if self.train.norm_overflow_check and self.ds.check_grad_overflow:

@@ -7,6 +7,6 @@
 - schedule.py: learning-rate multipliers; metrics.py: the console line, metrics.jsonl, wandb;
 - summary.py: a run's closing lines; profiling.py: profiler traces of chosen steps;
 - init_from.py: train.init_from, a run's first weights from an export or a checkpoint;
-- run_dir.py: one run per train.out_dir; checkpoint/: what a checkpoint holds, saved and loaded.
-- health/: faults that leave every process alive (slow ranks named).
+- run_dir.py: one run per train.out_dir; checkpoint/: what a checkpoint holds, saved and loaded;
+- health/: faults that leave every process alive (loss spikes rolled back, slow ranks named).
 """

@@ -25,6 +25,8 @@ from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint import Checkpointer, RunState
 from txl_dist.engine.checkpoint.parts import SeenTokens
 from txl_dist.engine.evaluate import EvalResult
+from txl_dist.engine.health.guard import SpikeGuard
+from txl_dist.engine.health.rerun import StepRerun
 from txl_dist.engine.health.stragglers import StragglerDetector
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import (
@@ -76,6 +78,8 @@ class Trainer:
         state: RunState,
         seen: SeenTokens,
         plan: RunPlan,
+        spikes: SpikeGuard,
+        reruns: StepRerun | None = None,
     ):
         self.config, self.world, self.device = config, world, device
         self.engine, self.scheduler, self.streams, self.memory = engine, scheduler, streams, memory
@@ -84,7 +88,7 @@ class Trainer:
         self.run_id, self.step = state.run_id, state.step
         self.restarts, self.requeues = state.restarts, state.requeues
         self.seen = seen
-        self.plan = plan
+        self.plan, self.spikes, self.reruns = plan, spikes, reruns
         self.nonfinite, self.skipped_steps = _NonFinite(device), 0
         self.throughput = Throughput.of(
             config.model,
@@ -97,9 +101,7 @@ class Trainer:
         out_dir = config.train.out_dir
         self.profiler = StepProfiler(config.train.profile_steps, out_dir, world.rank, device)
         self.out_of_memory = SnapshotOnOutOfMemory(out_dir, world.rank, self._memory_estimate)
-        self.stragglers = StragglerDetector.of(
-            config.stragglers, world, device, engine, metrics.log
-        )
+        self.stragglers = StragglerDetector.of(config.stragglers, world, device, engine, metrics.log)
 
     def announce_job(self) -> None:
         """Which scheduler job, run and start this is, for the logs."""
@@ -126,10 +128,12 @@ class Trainer:
                 started = time.perf_counter()
                 with self.stragglers.timed("data"):
                     input_ids, targets = next(batches)
+                targets = self.spikes.batch(targets, self.streams.vocab_size)
                 fetched = time.perf_counter()
                 with self.out_of_memory:
-                    loss = self.train_step(input_ids, targets)
+                    loss = self._attempts(input_ids, targets)
                 self.nonfinite.add(loss)
+                self.spikes.add(self.step + 1, loss, self.engine.get_global_grad_norm())
                 self.seen.tokens += input_ids.numel()
                 tokens = self.plan.rows_per_rank * input_ids.size(1) * self.world.world_size
                 window.add(loss, tokens, fetched - started, time.perf_counter() - started)
@@ -143,6 +147,14 @@ class Trainer:
                     self._evaluate(self.config.data.valid_split)
                 # A stop at the last step is the end of the run, not an early stop to resume.
                 stop = (self.stop.agreed(self.device) or bool(slow)) and self.step < train.max_steps
+                saving = stop or self.checkpoints.due(self.step) or self.step == train.max_steps
+                c, stage = self.checkpoints, self.config.zero_stage  # guard.py: a rollback?
+                if self.spikes.due(self.step, saving) and (
+                    back := self.spikes.checked(c, stage, self.streams, self.memory)
+                ):
+                    (self.step, batches), window = back, _Window(self.device)
+                    self.nonfinite = _NonFinite(self.device)  # the rolled-back steps' are gone
+                    continue
                 if stop or self.checkpoints.due(self.step):
                     self._save()
                 if stop:
@@ -208,6 +220,11 @@ class Trainer:
                 self.scheduler.step()
         return torch.stack(slot_losses).mean()
 
+    def _attempts(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """train_step, again where its update was skipped and spikes.rerun (rerun.py)."""
+        step = lambda: self.train_step(input_ids, targets)  # noqa: E731
+        return self.reruns.run(self.step + 1, step, self._overflow_skips) if self.reruns else step()
+
     def _pinned(self, batch: torch.Tensor) -> torch.Tensor:
         """The batch in page-locked memory for a GPU: copied from there without waiting for the
         device (non_blocking), where a copy from pageable memory would wait for it."""
@@ -267,6 +284,7 @@ class Trainer:
             epoch=self.streams.epoch,
             mix_tokens=(mix := self.streams.mix_tokens()),  # a collective for a mix: every rank
             mix_shares=mix_shares(mix),
+            transient_faults=self.reruns.transient if self.reruns else None,
             requeues=self.requeues,  # wandb shows at which steps the job was requeued
             slurm_job_id=_int_or_none(os.environ.get("SLURM_JOB_ID")),
         )
@@ -297,6 +315,9 @@ class Trainer:
 
     def _save(self) -> None:
         self._check_nonfinite()  # never save what should have ended the run
+        if (since := self.spikes.suspect_since) is not None:  # guard.py: never save a spike
+            self._announce(f"not saving step {self.step}: the loss is spiky since step {since}")
+            return
         with self.watchdog.phase("checkpoint save", self.step):
             path = self.checkpoints.save(self.step)
         if self.checkpoints.in_background:

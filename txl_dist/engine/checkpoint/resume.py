@@ -198,12 +198,7 @@ def restore(
     client = point.client
     tag = convert_to_universal(point) if universal else point.tag
     run.run_id, run.step = client.run_id or run.run_id, client.step
-    for part in parts:
-        try:
-            part.load_state_dict(_state_of(point, part, tag))
-        except StreamStateError as err:  # a received checkpoint's numbers, refused: name where
-            where = os.path.join(point.directory, point.tag, CLIENT_FILE)
-            raise DamagedCheckpointError(f"{where}: parts.{part.name}: {err}") from None
+    load_parts(point, tag, parts)
     if world.is_main:
         note = "optimizer via universal checkpoint" if universal else "exact"
         if client.world_size != world.world_size:
@@ -212,6 +207,17 @@ def restore(
             f"resumed {point.tag} at step {client.step} (saved on "
             f"{client.world_size} ranks, now {world.world_size}; {note})"
         )
+
+
+def load_parts(point: ResumePoint, tag: str, parts: list[CheckpointPart]) -> None:
+    """Load checkpoint `point` into each of `parts` (DeepSpeed's files from `tag`); also a
+    rollback's, which restores the parts of a run under way (engine/health/rollback.py)."""
+    for part in parts:
+        try:
+            part.load_state_dict(_state_of(point, part, tag))
+        except StreamStateError as err:  # a received checkpoint's numbers, refused: name where
+            where = os.path.join(point.directory, point.tag, CLIENT_FILE)
+            raise DamagedCheckpointError(f"{where}: parts.{part.name}: {err}") from None
 
 
 def _state_of(point: ResumePoint, part: CheckpointPart, tag: str) -> Any:
