@@ -87,8 +87,7 @@ class Trainer:
         self.evaluate_split, self.checkpoints = evaluate_split, checkpoints
         self.run_id, self.step = state.run_id, state.step
         self.restarts, self.requeues = state.restarts, state.requeues
-        self.seen = seen
-        self.plan, self.spikes, self.reruns = plan, spikes, reruns
+        self.seen, self.plan, self.spikes, self.reruns = seen, plan, spikes, reruns
         self.nonfinite, self.skipped_steps = _NonFinite(device), 0
         self.throughput = Throughput.of(
             config.model,
@@ -101,7 +100,9 @@ class Trainer:
         out_dir = config.train.out_dir
         self.profiler = StepProfiler(config.train.profile_steps, out_dir, world.rank, device)
         self.out_of_memory = SnapshotOnOutOfMemory(out_dir, world.rank, self._memory_estimate)
-        self.stragglers = StragglerDetector.of(config.stragglers, world, device, engine, metrics.log)
+        self.stragglers = StragglerDetector.of(
+            config.stragglers, world, device, engine, metrics.log
+        )
 
     def announce_job(self) -> None:
         """Which scheduler job, run and start this is, for the logs."""
