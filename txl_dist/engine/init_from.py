@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from txl_dist.engine.checkpoint.consolidate import (
 )
 from txl_dist.exports.loading import export_vocabulary
 from txl_dist.model import TransformerXL, TXLConfig
-from txl_dist.model.transformer import CONFIG_FILE
+from txl_dist.model.transformer import CONFIG_FILE, read_json
 from txl_dist.schema import ConfigError
 
 log = logging.getLogger(__name__)
@@ -112,8 +111,7 @@ def open_source(path: str) -> InitSource:
 
 def _export_source(path: str, local: str) -> InitSource:
     try:
-        with open(os.path.join(local, CONFIG_FILE)) as f:
-            values = json.load(f)
+        values = read_json(os.path.join(local, CONFIG_FILE), "model config (config.json)")
     except (ValueError, OSError) as err:
         raise ConfigError(f"train.init_from={path}: not a readable export: {err}") from err
     if isinstance(values, dict) and "auto_map" in values:

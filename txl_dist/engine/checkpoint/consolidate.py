@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -109,6 +110,7 @@ def _stage0_weights(ckpt: Checkpoint) -> dict[str, Tensor]:
     # DeepSpeed's unfused fp16/bf16 optimizer keeps one fp32 copy per parameter, in the order
     # the parameters were given to the optimizer: model.parameters(), tied ones once.
     masters = [t for group in states["optimizer"]["fp32_groups"] for t in group]
+    check_layers(ckpt, module, path)
     names = [name for name, _ in build_on_meta(ckpt.config.model).named_parameters()]
     if len(masters) != len(names):
         raise ExportError(
@@ -128,6 +130,7 @@ def _stage0_weights(ckpt: Checkpoint) -> dict[str, Tensor]:
 
 def build_model(ckpt: Checkpoint, weights: dict[str, Tensor], dtype: torch.dtype) -> TransformerXL:
     """The model of the checkpoint's config holding `weights` (cast to dtype), weights re-tied."""
+    check_layers(ckpt, weights, ckpt.path)
     model = build_on_meta(ckpt.config.model)
     expected = dict(model.named_parameters())  # tied parameters under their first name
     missing = sorted(set(expected) - set(weights))
@@ -148,3 +151,14 @@ def build_model(ckpt: Checkpoint, weights: dict[str, Tensor], dtype: torch.dtype
     model.load_state_dict({k: weights[k] for k in expected}, strict=False, assign=True)
     model.tie_weights()
     return model.eval()
+
+
+def check_layers(ckpt: Checkpoint, names: Iterable[str], where: str) -> None:
+    """The weights' layers must be as many as txl.json's n_layer, checked before a model of
+    n_layer is built (a received txl.json's 10**7 would build layers for minutes)."""
+    layers = {name.split(".")[1] for name in names if name.startswith("layers.")}
+    if len(layers) != ckpt.config.model.n_layer:
+        raise ExportError(
+            f"{where}: the weights hold {len(layers)} layers, txl.json's model section says "
+            f"n_layer {ckpt.config.model.n_layer}: the checkpoint does not match its config"
+        )

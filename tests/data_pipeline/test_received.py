@@ -1,0 +1,86 @@
+"""A received file is read only as a regular file of its own, never through a link, never
+blocking on a FIFO, never past its cap."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from data_pipeline.limits import METADATA_BYTES, TEXT_BYTES
+from data_pipeline.received import ReceivedFileError, read_received, read_received_text, read_url
+
+
+def test_a_regular_file_is_read_whole(tmp_path):
+    (tmp_path / "config.json").write_text('{"n_token": 5}')
+    assert read_received_text(str(tmp_path / "config.json"), METADATA_BYTES, "config") == (
+        '{"n_token": 5}'
+    )
+    assert read_url(f"file://{tmp_path}/config.json", METADATA_BYTES, "config") == (
+        b'{"n_token": 5}'
+    )
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "elsewhere.json"])
+def test_a_link_is_refused_wherever_it_points(tmp_path, target):
+    (tmp_path / "elsewhere.json").write_text("{}")
+    os.symlink(target, tmp_path / "config.json")
+    with pytest.raises(ReceivedFileError) as err:
+        read_received(str(tmp_path / "config.json"), METADATA_BYTES, "model config")
+    assert str(err.value) == (
+        f"{tmp_path}/config.json is a link: a model config is read only as a regular file of its "
+        "own; copy the file itself there (cp -L) if you trust what it points to"
+    )
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "txl.json")
+    found = []
+
+    def read():
+        with pytest.raises(ReceivedFileError) as err:
+            read_received(str(tmp_path / "txl.json"), METADATA_BYTES, "checkpoint record")
+        found.append(str(err.value))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # unblock the thread before failing
+        os.close(os.open(tmp_path / "txl.json", os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("open() of a FIFO blocked")
+    assert found == [f"{tmp_path}/txl.json is not a regular file (a FIFO, device or directory): "
+                     "not a checkpoint record; replace it with the file itself"]  # fmt: skip
+
+
+@pytest.mark.parametrize("size", [(64 << 20) + 1, 5 << 30])
+def test_a_sparse_file_over_the_cap_is_refused_before_a_byte_is_read(tmp_path, size):
+    path = tmp_path / "data.json"
+    with open(path, "wb") as f:
+        f.truncate(size)
+    with pytest.raises(ReceivedFileError, match="holds more than TXL_MAX_METADATA_BYTES=67108864"):
+        read_received(str(path), METADATA_BYTES, "record")
+
+
+def test_the_cap_is_set_by_its_variable(tmp_path, monkeypatch):
+    (tmp_path / "data.json").write_text("x" * 100)
+    monkeypatch.setenv("TXL_MAX_METADATA_BYTES", "99")
+    with pytest.raises(ReceivedFileError, match="more than TXL_MAX_METADATA_BYTES=99 bytes"):
+        read_received(str(tmp_path / "data.json"), METADATA_BYTES, "record")
+    monkeypatch.setenv("TXL_MAX_METADATA_BYTES", "100")
+    assert len(read_received(str(tmp_path / "data.json"), METADATA_BYTES, "record")) == 100
+
+
+def test_a_given_device_is_read_only_up_to_the_cap(monkeypatch):
+    # txl-eval --text names its file on the command line: a pipe is fine, an endless one is not.
+    monkeypatch.setenv("TXL_MAX_TEXT_BYTES", str(3 << 20))
+    with pytest.raises(ReceivedFileError, match="/dev/zero holds more than TXL_MAX_TEXT_BYTES"):
+        read_received("/dev/zero", TEXT_BYTES, "text file", given=True)
+    with pytest.raises(ReceivedFileError, match="/dev/zero is not a regular file"):
+        read_received("/dev/zero", TEXT_BYTES, "text file")
+
+
+def test_text_that_is_not_utf8_is_refused_in_one_line(tmp_path):
+    (tmp_path / "latest").write_bytes(b"global_step\xff")
+    with pytest.raises(ReceivedFileError, match="latest is not a tag file .not UTF-8 text"):
+        read_received_text(str(tmp_path / "latest"), METADATA_BYTES, "tag file")
