@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,23 +37,40 @@ def test_a_link_is_refused_wherever_it_points(tmp_path, target):
     )
 
 
+def without_blocking(fifo: Path, call: Callable[[], Any]) -> Any:
+    """What call() returns or raises, run in a thread; a test failure if it blocks (in open()
+    of `fifo`), after unblocking it."""
+    outcome: dict[str, Any] = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as err:  # noqa: BLE001 - raised again below
+            outcome["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the blocked open() returns
+        thread.join(10)
+        pytest.fail(f"blocked in open() of the FIFO {fifo}")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
 def test_a_fifo_is_refused_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "txl.json")
-    found = []
-
-    def read():
-        with pytest.raises(ReceivedFileError) as err:
-            read_received(str(tmp_path / "txl.json"), METADATA_BYTES, "checkpoint record")
-        found.append(str(err.value))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(10)
-    if reader.is_alive():  # unblock the thread before failing
-        os.close(os.open(tmp_path / "txl.json", os.O_WRONLY | os.O_NONBLOCK))
-        pytest.fail("open() of a FIFO blocked")
-    assert found == [f"{tmp_path}/txl.json is not a regular file (a FIFO, device or directory): "
-                     "not a checkpoint record; replace it with the file itself"]  # fmt: skip
+    with pytest.raises(ReceivedFileError) as err:
+        without_blocking(
+            tmp_path / "txl.json",
+            lambda: read_received(str(tmp_path / "txl.json"), METADATA_BYTES, "checkpoint record"),
+        )
+    assert str(err.value) == (
+        f"{tmp_path}/txl.json is not a regular file (a FIFO, device or directory): not a "
+        "checkpoint record; replace it with the file itself"
+    )
 
 
 @pytest.mark.parametrize("size", [(64 << 20) + 1, 5 << 30])

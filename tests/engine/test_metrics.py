@@ -1,7 +1,10 @@
+import json
+import os
+
 import pytest
 import torch
 
-from txl_dist.engine.metrics import Throughput, eval_line, peak_tflops_of, train_line
+from txl_dist.engine.metrics import Metrics, Throughput, eval_line, peak_tflops_of, train_line
 from txl_dist.model.accounting import forward_flops_per_token
 from txl_dist.model.config import TXLConfig
 
@@ -58,3 +61,14 @@ def test_log_lines_show_bpc_for_char_level_records_and_ppl_for_word_level_ones()
     assert "| seen 4,096 |" in train_line(word)
     evaluated = dict(split="valid", step=7, loss=0.7, bpc=1.0099, tokens=5, tokens_per_s=1.0)
     assert "| loss 0.7000 | bpc 1.0099 |" in eval_line(evaluated)
+
+
+def test_metrics_are_never_appended_through_a_planted_link(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    os.symlink(victim, tmp_path / "metrics.jsonl")
+    metrics = Metrics(str(tmp_path), enabled=True, run={"run_id": "r", "restart": 0})
+    metrics.log({"step": 1, "loss": 2.0})
+    assert victim.read_text() == "precious\n"
+    rows = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(row)["loss"] for row in rows] == [2.0]

@@ -21,7 +21,12 @@ from torch import Tensor
 from txl_dist.config.plan import RunPlan
 from txl_dist.config.sections import RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint.resume import ResumePoint, find_resume_point
-from txl_dist.engine.checkpoint.state import CLIENT_FILE, LATEST, CheckpointStateError
+from txl_dist.engine.checkpoint.state import (
+    CLIENT_FILE,
+    LATEST,
+    CheckpointStateError,
+    read_latest,
+)
 from txl_dist.engine.checkpoint.store.trusted import UnsafeCheckpointError, load_trusted
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta
@@ -59,18 +64,33 @@ class Checkpoint:
         return os.path.dirname(os.path.abspath(self.point.directory))
 
 
-def open_checkpoint(path: str) -> Checkpoint:
-    """Resolve a run directory, a checkpoints/ directory or a global_stepN directory."""
+def tag_directory(path: str) -> str:
+    """The global_stepN directory a run directory, a checkpoints/ directory or a global_stepN
+    directory names (a checkpoints/ directory's by its `latest`)."""
     run_checkpoints = os.path.join(path, "checkpoints")
     if os.path.exists(os.path.join(run_checkpoints, LATEST)):
         path = run_checkpoints
-    if not any(os.path.exists(os.path.join(path, name)) for name in (CLIENT_FILE, LATEST)):
+    if os.path.exists(os.path.join(path, CLIENT_FILE)):
+        return path
+    if not os.path.lexists(os.path.join(path, LATEST)):
         raise ExportError(
             f"{path} holds no checkpoint: pass a run directory (with checkpoints/latest), its "
             "checkpoints/ directory or a checkpoints/global_stepN directory"
         )
     try:
-        point = find_resume_point(path, out_dir=path)
+        tag_dir = os.path.join(path, read_latest(path))
+    except (FileNotFoundError, ValueError) as err:
+        raise ExportError(str(err)) from err
+    if not os.path.exists(os.path.join(tag_dir, CLIENT_FILE)):
+        raise ExportError(f"{tag_dir}/{CLIENT_FILE} missing: checkpoint {tag_dir} is incomplete")
+    return tag_dir
+
+
+def open_checkpoint(path: str) -> Checkpoint:
+    """Resolve a run directory, a checkpoints/ directory or a global_stepN directory."""
+    tag_dir = tag_directory(path)
+    try:
+        point = find_resume_point(tag_dir, out_dir=tag_dir)
     except (FileNotFoundError, CheckpointStateError, UnsafeCheckpointError) as err:
         raise ExportError(str(err)) from err
     try:
