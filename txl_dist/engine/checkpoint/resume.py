@@ -106,6 +106,8 @@ def _checked_point(directory: str, tag: str) -> ResumePoint:
         client = CheckpointState.read(client_path)
     except json.JSONDecodeError as err:
         raise DamagedCheckpointError(f"{client_path} is damaged: not JSON ({err})") from err
+    except ReceivedFileError as err:  # a link, FIFO or oversized file in its place
+        raise DamagedCheckpointError(f"checkpoint {tag_dir} is damaged: {err}") from err
     try:
         problem = (
             damage(tag_dir, client.files)
