@@ -14,6 +14,7 @@ import errno
 import functools
 import os
 import stat
+from collections.abc import Iterator
 from typing import IO
 
 import fsspec
@@ -30,11 +31,12 @@ class ReceivedFileError(DataError, ValueError):
     """A received file refused: a link, not a regular file, over its cap, or not UTF-8."""
 
 
-def open_received(path: str, limit: Limit, what: str, given: bool = False) -> IO[bytes]:
+def open_received(path: str, limit: Limit | None, what: str, given: bool = False) -> IO[bytes]:
     """`path` opened for reading as the `what` it should be, or ReceivedFileError in one line.
 
     `given`: a path the user named on the command line (txl-eval --text): a link is followed
-    and a pipe or device is read, under the cap all the same."""
+    and a pipe or device is read, under the cap all the same. `limit` None: a file read as a
+    stream (received_lines), whatever its size."""
     try:
         fd = os.open(path, GIVEN if given else STRICT)
     except OSError as err:
@@ -51,7 +53,7 @@ def open_received(path: str, limit: Limit, what: str, given: bool = False) -> IO
                 f"{path} is not a regular file (a FIFO, device or directory): not a {what}; "
                 "replace it with the file itself"
             )
-        if stat.S_ISREG(info.st_mode) and info.st_size > limit.value():
+        if limit is not None and stat.S_ISREG(info.st_mode) and info.st_size > limit.value():
             raise too_large(path, limit, what)
         os.set_blocking(fd, True)  # O_NONBLOCK was for the open; a given pipe is read as one
         return os.fdopen(fd, "rb")
@@ -80,6 +82,19 @@ def read_received(path: str, limit: Limit, what: str, given: bool = False) -> by
 def read_received_text(path: str, limit: Limit, what: str, given: bool = False) -> str:
     """The UTF-8 text of the received file `path` (open_received), under `limit`."""
     return decoded(read_received(path, limit, what, given), path, what)
+
+
+def received_lines(path: str, limit: Limit, what: str) -> Iterator[bytes]:
+    """The lines of the received file `path` (a JSONL log: any length) one at a time, each
+    under `limit`."""
+    with open_received(path, None, what) as f:
+        while line := f.readline(limit.value() + 1):
+            if len(line) > limit.value():
+                raise ReceivedFileError(
+                    f"{path} holds a line of more than {limit.named()} bytes: not a {what} "
+                    "(raise the cap for a file you trust)"
+                )
+            yield line
 
 
 def read_url(url: str, limit: Limit, what: str, storage_options: dict | None = None) -> bytes:

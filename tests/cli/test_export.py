@@ -117,3 +117,32 @@ def test_a_received_checkpoints_files_and_numbers_are_checked_before_use(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("txl-export: error: ") and refusal in line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "sparse", "rows"])
+def test_a_received_runs_metrics_are_read_a_row_at_a_time_as_a_file_of_its_own(
+    tmp_path, capsys, kind
+):
+    """The README quotes the run's evaluation rows of the step from metrics.jsonl, which a
+    received run directory may hold as a link to /dev/zero, a FIFO or a 5 GB sparse file."""
+    tag, vocab = received(tmp_path / "run" / "checkpoints")
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    if kind == "link":
+        metrics.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(metrics)
+    elif kind == "sparse":
+        with open(metrics, "wb") as f:
+            f.truncate(5 << 30)
+    else:
+        rows = [{"step": 4, "split": "valid", "loss": 7.1, "ppl": 1212.0}, {"step": 3}]
+        metrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    args = [str(tag), str(tmp_path / "out"), "--vocab", str(vocab)]
+    code = without_blocking(metrics, lambda: main(args))
+    if kind == "rows":
+        assert code == 0 and "1212" in (tmp_path / "out" / "README.md").read_text()
+        return
+    assert code == USAGE_ERROR
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"txl-export: error: {metrics} ")
+    assert not (tmp_path / "out").exists()
