@@ -97,12 +97,14 @@ def received_lines(path: str, limit: Limit, what: str) -> Iterator[bytes]:
             yield line
 
 
-def read_url(url: str, limit: Limit, what: str, storage_options: dict | None = None) -> bytes:
-    """The bytes at `url`: a local path as read_received reads it, another URL streamed
-    through fsspec under the same cap."""
+def read_url(
+    url: str, limit: Limit, what: str, storage_options: dict | None = None, given: bool = False
+) -> bytes:
+    """The bytes at `url`: a local path as read_received reads it (`given`: named on the
+    command line), another URL streamed through fsspec under the same cap."""
     protocol, local = fsspec.core.split_protocol(url)
     if protocol in (None, "file", "local"):
-        return read_received(local, limit, what)
+        return read_received(local, limit, what, given)
     with fsspec.open(url, "rb", **(storage_options or {})) as f:
         return read_capped(f, url, limit, what)
 

@@ -120,11 +120,13 @@ class Vocab:
             f.write(text)
 
     @classmethod
-    def load(cls, url: str, storage_options: dict | None = None) -> Vocab:
+    def load(cls, url: str, storage_options: dict | None = None, given: bool = False) -> Vocab:
         """Read a vocabulary file: ``token[<whitespace>count]`` per line, id order; a local one
-        as a received file (data_pipeline.received), a remote one streamed, under VOCAB_BYTES."""
+        as a received file (data_pipeline.received; ``given``: one named on the command line,
+        whose link is followed), a remote one streamed, under VOCAB_BYTES."""
+        what = "vocabulary file (vocab.txt)"
         with reading("vocabulary file", url):
-            data = read_url(url, VOCAB_BYTES, "vocabulary file (vocab.txt)", storage_options)
+            data = read_url(url, VOCAB_BYTES, what, storage_options, given)
         fields = vocab_entries(decoded(data, url, "vocabulary file (vocab.txt)"))
         bad = next((f for f in fields if len(f) > 1 and not f[1].isdigit()), None)
         if bad:

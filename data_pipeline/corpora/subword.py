@@ -192,12 +192,19 @@ class Subword:
             f.write(self.json_text)
 
     @classmethod
-    def load(cls, url: str, storage_options: dict | None = None, eos: str | None = None) -> Subword:
+    def load(
+        cls,
+        url: str,
+        storage_options: dict | None = None,
+        eos: str | None = None,
+        given: bool = False,
+    ) -> Subword:
         """Read a tokenizer.json (any fsspec URL; a local one as a received file,
-        data_pipeline.received), no more than limits.TOKENIZER_BYTES of it (``eos``: its
-        end-of-document token, as ``__init__``)."""
+        data_pipeline.received, whose link is followed only if ``given`` on the command line),
+        no more than limits.TOKENIZER_BYTES of it (``eos``: its end-of-document token, as
+        ``__init__``)."""
         with reading("tokenizer file", url):
-            data = read_url(url, TOKENIZER_BYTES, "tokenizer file", storage_options)
+            data = read_url(url, TOKENIZER_BYTES, "tokenizer file", storage_options, given)
         try:
             return cls(data.decode("utf-8"), url, eos)
         except UnicodeDecodeError as err:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from data_pipeline import Vocab
 from data_pipeline.limits import METADATA_BYTES, TEXT_BYTES
 from data_pipeline.received import ReceivedFileError, read_received, read_received_text, read_url
 
@@ -104,3 +105,14 @@ def test_text_that_is_not_utf8_is_refused_in_one_line(tmp_path):
     (tmp_path / "latest").write_bytes(b"global_step\xff")
     with pytest.raises(ReceivedFileError, match="latest is not a tag file .not UTF-8 text"):
         read_received_text(str(tmp_path / "latest"), METADATA_BYTES, "tag file")
+
+
+def test_a_link_named_on_the_command_line_is_followed(tmp_path):
+    """txl-prepare --vocab/--tokenizer and txl-export --vocab name their file themselves (a
+    Hugging Face cache's snapshot is a link into its blobs): the link is followed, the caps
+    still hold; a vocab.txt found in a received directory is never followed."""
+    Vocab(["<eos>", "a", "b"]).save(str(tmp_path / "blob"))
+    os.symlink(tmp_path / "blob", tmp_path / "vocab.txt")
+    assert Vocab.load(str(tmp_path / "vocab.txt"), given=True).tokens == ["<eos>", "a", "b"]
+    with pytest.raises(ReceivedFileError, match="vocab.txt is a link"):
+        Vocab.load(str(tmp_path / "vocab.txt"))

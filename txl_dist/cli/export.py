@@ -68,7 +68,7 @@ def training_vocab(
     url = path or (carried if os.path.exists(carried) else _local_vocab_of(ckpt))
     kind = Subword if url.endswith(".json") else Vocab
     try:
-        vocab = kind.load(url, storage_options or {})
+        vocab = kind.load(url, storage_options or {}, given=path is not None)  # --vocab's link
     except DataError as err:
         raise ExportError(
             f"vocabulary {redact_text(url)} of the run not found or not readable "
