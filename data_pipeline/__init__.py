@@ -5,7 +5,8 @@ Stage packages: ``corpora/`` (what txl-prepare knows of each dataset), ``prepare
 vocabulary, shards and manifests), ``shards/`` (the prepared data's format on storage),
 ``streams/`` (shards -> per-rank batches). Modules at the root, shared by the stages or the
 package's command: ``cli.py`` and ``__main__.py`` (txl-prepare's command line), ``vocab.py``
-and ``wordids.py`` (the word vocabulary), ``cache.py``, ``limits.py`` and ``redact.py``.
+and ``wordids.py`` (the word vocabulary), ``cache.py``, ``limits.py``, ``received.py`` (every
+read of a received file) and ``redact.py``.
 
 Public API::
 

@@ -48,6 +48,13 @@ TOKENIZER_BYTES = Limit("TXL_MAX_TOKENIZER_BYTES", 128 << 20)
 """Bytes of a tokenizer.json."""
 VOCAB_SIZE = Limit("TXL_MAX_VOCAB_SIZE", 1 << 21)
 """Tokens of a subword tokenizer, given or trained (bpe:N)."""
+METADATA_BYTES = Limit("TXL_MAX_METADATA_BYTES", 64 << 20)
+"""Bytes of a JSON file of a received run, checkpoint or export (config.json, data.json,
+txl.json, latest): ours hold kilobytes."""
+VOCAB_BYTES = Limit("TXL_MAX_VOCAB_BYTES", 256 << 20)
+"""Bytes of a vocab.txt (lm1b's 793,471 words take 10 MB)."""
+TEXT_BYTES = Limit("TXL_MAX_TEXT_BYTES", 1 << 30)
+"""Bytes of txl-eval --text's file (more: prepare it with txl-prepare and pass --data)."""
 ARCHIVE_BYTES = Limit("TXL_ARCHIVE_MAX_BYTES", 16 << 30)
 """Uncompressed bytes of a source archive's split files (lm1b's whole archive holds 4.2 GB)."""
 ARCHIVE_MEMBERS = Limit("TXL_ARCHIVE_MAX_MEMBERS", 10_000)

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 import fsspec
 import numpy as np
 
+from data_pipeline.limits import VOCAB_BYTES
+from data_pipeline.received import decoded, read_url
 from data_pipeline.shards.errors import VocabMismatchError, reading
 from data_pipeline.wordids import WordTable
 
@@ -118,13 +120,14 @@ class Vocab:
             f.write(text)
 
     @classmethod
-    def load(cls, url: str, storage_options: dict | None = None) -> Vocab:
-        """Read a vocabulary file: ``token[<whitespace>count]`` per line, id order."""
-        with (
-            reading("vocabulary file", url),
-            fsspec.open(url, "rt", encoding="utf-8", **(storage_options or {})) as f,
-        ):
-            fields = vocab_entries(f.read())
+    def load(cls, url: str, storage_options: dict | None = None, given: bool = False) -> Vocab:
+        """Read a vocabulary file: ``token[<whitespace>count]`` per line, id order; a local one
+        as a received file (data_pipeline.received; ``given``: one named on the command line,
+        whose link is followed), a remote one streamed, under VOCAB_BYTES."""
+        what = "vocabulary file (vocab.txt)"
+        with reading("vocabulary file", url):
+            data = read_url(url, VOCAB_BYTES, what, storage_options, given)
+        fields = vocab_entries(decoded(data, url, "vocabulary file (vocab.txt)"))
         bad = next((f for f in fields if len(f) > 1 and not f[1].isdigit()), None)
         if bad:
             raise VocabMismatchError(f"{url}: entry {bad[0]!r} has count {bad[1]!r}, not a number")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from txl_dist.files import new_directory, open_new, own_directory
+from txl_dist.files import new_directory, open_append, open_new, own_directory
 
 
 def test_a_planted_link_is_replaced_and_its_target_left_alone(tmp_path):
@@ -52,3 +52,19 @@ def test_a_link_is_no_directory_of_ours(tmp_path):
     _, link = planted(tmp_path)
     with pytest.raises(FileExistsError, match="is not a directory of ours"):
         own_directory(str(link))
+
+
+@pytest.mark.parametrize("planted", ["link", "fifo"])
+def test_an_append_replaces_a_planted_link_or_fifo_and_keeps_a_file_of_ours(tmp_path, planted):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    path = tmp_path / "metrics.jsonl"
+    if planted == "link":
+        os.symlink(victim, path)
+    else:
+        os.mkfifo(path)  # opened for writing, a FIFO without a reader would block
+    for row in ("one\n", "two\n"):
+        with open_append(str(path)) as f:
+            f.write(row)
+    assert victim.read_text() == "precious\n"
+    assert not path.is_symlink() and path.read_text() == "one\ntwo\n"

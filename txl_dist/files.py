@@ -1,8 +1,8 @@
 """Files we write into run directories, which others may have written first: never through a link.
 
 A run directory can be shared or received, so a name we write (report.png, errors/rankR.txt, an
-exit note, a checkpoint's staging directory and files) may already be a symlink planted to make
-us overwrite a file elsewhere.
+exit note, config.json, metrics.jsonl, a checkpoint's staging directory and files) may already
+be a symlink planted to make us overwrite a file elsewhere.
 """
 
 from __future__ import annotations
@@ -23,6 +23,18 @@ def open_new(path: str, mode: str = "w") -> IO:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     return os.fdopen(os.open(path, NEW_FILE, 0o644), mode)
+
+
+def open_append(path: str) -> IO:
+    """path opened for appending (created if missing) as a regular file of ours: whatever else
+    holds the name (a planted link, a FIFO, another's file) is removed first, and the open
+    neither follows a link nor blocks on a FIFO planted meanwhile."""
+    with contextlib.suppress(FileNotFoundError):
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            remove(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    return os.fdopen(os.open(path, flags, 0o644), "a")
 
 
 def new_directory(path: str) -> None:

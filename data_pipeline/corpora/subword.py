@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import hashlib
 import logging
 import os
@@ -33,8 +32,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from data_pipeline.corpora import bytelevel
 from data_pipeline.corpora.bytelevel import ByteLevelEncoder, Encoded, PreTokenTooLong
-from data_pipeline.corpora.tokenizer_spec import check_ids, check_spec, too_large
+from data_pipeline.corpora.tokenizer_spec import check_ids, check_spec
 from data_pipeline.limits import PRE_TOKEN_BYTES, TOKENIZER_BYTES, VOCAB_SIZE
+from data_pipeline.received import read_url
 from data_pipeline.shards.errors import CorpusFormatError, reading
 
 log = logging.getLogger(__name__)
@@ -202,18 +202,19 @@ class Subword:
             f.write(self.json_text)
 
     @classmethod
-    def load(cls, url: str, storage_options: dict | None = None, eos: str | None = None) -> Subword:
-        """Read a tokenizer.json (any fsspec URL), no more than limits.TOKENIZER_BYTES of it
-        (``eos``: its end-of-document token, as ``__init__``)."""
-        data = bytearray()
-        with (
-            reading("tokenizer file", url),
-            fsspec.open(url, "rb", **(storage_options or {})) as f,
-        ):
-            for block in iter(functools.partial(f.read, 1 << 20), b""):
-                data += block
-                if len(data) > TOKENIZER_BYTES.value():
-                    raise too_large(url)
+    def load(
+        cls,
+        url: str,
+        storage_options: dict | None = None,
+        eos: str | None = None,
+        given: bool = False,
+    ) -> Subword:
+        """Read a tokenizer.json (any fsspec URL; a local one as a received file,
+        data_pipeline.received, whose link is followed only if ``given`` on the command line),
+        no more than limits.TOKENIZER_BYTES of it (``eos``: its end-of-document token, as
+        ``__init__``)."""
+        with reading("tokenizer file", url):
+            data = read_url(url, TOKENIZER_BYTES, "tokenizer file", storage_options, given)
         try:
             return cls(data.decode("utf-8"), url, eos)
         except UnicodeDecodeError as err:

@@ -58,9 +58,11 @@ class Vocabularies:
     def find(self) -> Vocabulary | None:
         plan, settings = self.plan, self.plan.settings
         if settings.vocab:
-            return Vocab.load(settings.vocab, plan.source_options)
+            return Vocab.load(settings.vocab, plan.source_options, given=True)
         if settings.tokenizer and not plan.bpe:
-            given = Subword.load(settings.tokenizer, plan.source_options, settings.eos_token)
+            given = Subword.load(
+                settings.tokenizer, plan.source_options, settings.eos_token, given=True
+            )
             return given.require_eos(settings.tokenizer)
         if not plan.fs.exists(self.path):
             return None

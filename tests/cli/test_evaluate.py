@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 import shutil
+from pathlib import Path
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
@@ -20,6 +23,7 @@ from data_pipeline.streams.geometry import IGNORE_INDEX
 from data_pipeline.streams.text_batches import TextBatches
 from data_pipeline.vocab import EOS, Vocab
 from tests.data_pipeline.paper_inputs import write_zip
+from tests.data_pipeline.test_received import without_blocking
 from tests.exports.test_loading import DOCS as SUBWORD_DOCS
 from tests.exports.test_loading import bpe, export
 from txl_dist.cli import USAGE_ERROR
@@ -398,3 +402,102 @@ def test_a_missing_include_path_is_named_before_the_harness_starts(capsys, model
         main(list(map(str, args)))
     assert exit_.value.code == USAGE_ERROR
     assert "no-such-dir is not a directory of task YAML files" in capsys.readouterr().err
+
+
+def planted(directory: Path, name: str, kind: str) -> None:
+    """`name` in `directory` replaced by a link to /dev/zero, a link to the same file elsewhere,
+    a FIFO, or a 5 GB sparse file."""
+    path = directory / name
+    if kind == "elsewhere" and path.exists():
+        shutil.move(path, directory.parent / name)
+    path.unlink(missing_ok=True)
+    if kind in ("link", "elsewhere"):
+        path.symlink_to("/dev/zero" if kind == "link" else directory.parent / name)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        with open(path, "wb") as f:
+            f.truncate(5 << 30)
+
+
+@pytest.mark.parametrize(
+    "name, kind, refusal",
+    [
+        ("config.json", "link", "config.json is a link: a model config (config.json) is read"),
+        ("config.json", "fifo", "config.json is not a regular file (a FIFO, device or directory)"),
+        ("config.json", "sparse", "config.json holds more than TXL_MAX_METADATA_BYTES=67108864"),
+        ("config.json", "elsewhere", "config.json is a link: a model config (config.json)"),
+        ("vocab.txt", "link", "vocab.txt is a link: a vocabulary file (vocab.txt) is read"),
+        ("vocab.txt", "elsewhere", "vocab.txt is a link"),
+        ("vocab.txt", "fifo", "vocab.txt is not a regular file"),
+        ("vocab.txt", "sparse", "vocab.txt holds more than TXL_MAX_VOCAB_BYTES=268435456 bytes"),
+        ("data.json", "link", "data.json is a link"),
+        ("data.json", "fifo", "data.json is not a regular file"),
+        ("data.json", "sparse", "data.json holds more than TXL_MAX_METADATA_BYTES"),
+        ("model.safetensors", "elsewhere", "model.safetensors is a link or not a regular file"),
+        ("model.safetensors", "fifo", "model.safetensors is a link or not a regular file"),
+    ],
+)
+@pytest.mark.parametrize("source", ["--text", "--data"])
+def test_an_exports_file_that_is_no_regular_file_of_its_own_is_refused_in_one_line(
+    capsys, corpus, model_dir, tmp_path, name, kind, refusal, source
+):
+    """A received export's files: a link (to /dev/zero: read until MemoryError), a FIFO (open()
+    blocked start-up, SIGTERM ignored), a sparse file (read whole)."""
+    export = Path(shutil.copytree(model_dir, tmp_path / "export"))
+    planted(export, name, kind)
+    data = [source, corpus / "src" / "valid.txt"] if source == "--text" else []
+    data = data or [source, corpus / "data", "--split", "valid"]
+    args = ["--model", export, *data, "--no-progress"]
+    assert without_blocking(export / name, lambda: main(list(map(str, args)))) == USAGE_ERROR
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("txl-eval: error: ") and refusal in line
+
+
+@pytest.mark.parametrize("kind", ["device", "sparse"])
+def test_text_past_its_cap_is_refused_in_one_line(capsys, model_dir, tmp_path, monkeypatch, kind):
+    """--text of /dev/zero (a device: read up to the cap) or a 20 GB sparse file (refused by its
+    size): both were read whole."""
+    text = Path("/dev/zero")
+    if kind == "sparse":
+        text = tmp_path / "huge.txt"
+        with open(text, "wb") as f:
+            f.truncate(20 << 30)
+    else:
+        monkeypatch.setenv("TXL_MAX_TEXT_BYTES", str(4 << 20))
+    assert main(["--model", str(model_dir), "--text", str(text), "--no-progress"]) == USAGE_ERROR
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"txl-eval: error: {text} holds more than TXL_MAX_TEXT_BYTES=")
+    assert line.endswith("bytes: not a text file (raise the cap for a file you trust)")
+
+
+def test_text_is_read_under_its_cap_and_scored_the_same_in_blocks(capsys, corpus, model_dir):
+    text = corpus / "src" / "valid.txt"
+    whole = txl_eval(capsys, "--model", model_dir, "--text", text)
+    size = text.stat().st_size
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("txl_dist.exports.text.TEXT_LINES", 7)  # many blocks, one ids array
+        patch.setenv("TXL_MAX_TEXT_BYTES", str(size))
+        assert txl_eval(capsys, "--model", model_dir, "--text", text) == {
+            **whole,
+            **{k: ANY for k in ("tokens_per_s", "seconds")},
+        }
+        patch.setenv("TXL_MAX_TEXT_BYTES", str(size - 1))
+        assert main(["--model", str(model_dir), "--text", str(text)]) == USAGE_ERROR
+    assert "holds more than TXL_MAX_TEXT_BYTES" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rows", [10**12, 10**6])
+@pytest.mark.parametrize("source", ["--text", "--data"])
+def test_more_evaluation_rows_than_tokens_are_refused_before_anything_is_allocated(
+    capsys, corpus, model_dir, tmp_path, rows, source
+):
+    """A received data.json's evaluation.rows of 10**12 made a 16 TB allocation, or a loop."""
+    export = Path(shutil.copytree(model_dir, tmp_path / "export"))
+    (export / DATA_FILE).write_text(json.dumps({"evaluation": {"rows": rows, "dtype": "fp32"}}))
+    data = [source, corpus / "src" / "valid.txt"] if source == "--text" else []
+    data = data or [source, corpus / "data", "--split", "valid"]
+    assert main([*map(str, ["--model", export, *data]), "--no-progress"]) == USAGE_ERROR
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"txl-eval: error: {rows} rows (--batch-size, else the export's data.json" in line
+    assert line.endswith(": pass a smaller --batch-size")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests import processes
+from tests.cli.test_export import received
 from tests.conftest import REPO_ROOT
 from txl_dist.cli.pretrain import _keep_traceback, _write_stop_file
 from txl_dist.process.dist import World
@@ -121,3 +122,42 @@ def test_mix_weights_that_cannot_be_normalized_are_refused_at_start_up(tmp_path,
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert re.fullmatch(rf"config error: {refusal}[^\n]*\n", proc.stderr), proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "plant, refusal",
+    [
+        ("world_size", "is damaged: txl.json records world_size 1000000000, its files are those"),
+        ("sparse tokenizer", "tokenizer.json holds more than TXL_MAX_TOKENIZER_BYTES=134217728"),
+        ("link to /", "zero: refused, a link in a checkpoint, which txl-dist never writes"),
+        ("fifo txl.json", "txl.json is not a regular file (a FIFO, device or directory)"),
+    ],
+)
+def test_resume_of_a_received_checkpoint_checks_its_files_and_numbers_first(
+    tmp_path, plant, refusal
+):
+    """--resume of a real checkpoint someone sent: world_size 10**9 built 10**9 paths, a link
+    to / made the pickle scan walk the file system, a FIFO blocked start-up (SIGTERM ignored),
+    a 5 GB sparse tokenizer.json was read whole. Each is one line before any process group."""
+    tag, _ = received(tmp_path)
+    if plant == "world_size":
+        record = json.loads((tag / "txl.json").read_text())
+        (tag / "txl.json").write_text(json.dumps({**record, "world_size": 10**9}))
+    elif plant == "sparse tokenizer":
+        with open(tag / "tokenizer.json", "wb") as f:
+            f.truncate(5 << 30)
+    elif plant == "link to /":
+        os.symlink("/", tag / "zero")
+    else:
+        (tag / "txl.json").unlink()
+        os.mkfifo(tag / "txl.json")
+    model = ["model.n_token=1465", "model.cutoffs=[]", "model.tie_projs=[false]", "model.div_val=1"]
+    settings = [f"train.out_dir={tmp_path / 'out'}", "logging.wandb.mode=disabled", *model]
+    args = [sys.executable, "launch/pretrain.py", "--config", "configs/tiny.json"]
+    args += ["--resume", str(tag), *(a for s in settings for a in ("--set", s))]
+    proc = processes.run(args, timeout=120, cwd=REPO_ROOT, env={**os.environ, "TXL_SET": ""})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("checkpoint error: ") and refusal in last

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from data_pipeline.cli import main as prepare_main
+from tests.cli.test_evaluate import planted
 from tests.conftest import REPO_ROOT
+from tests.data_pipeline.test_received import without_blocking
 from txl_dist.config.loading import load_run_config
 from txl_dist.engine.build import build_model
 from txl_dist.engine.init_from import (
@@ -188,3 +190,48 @@ def test_the_architecture_fields_are_the_ones_that_shape_the_parameters():
     lengths = {"tgt_len", "mem_len", "clamp_len", "same_length", "dropout", "dropatt"}
     assert not lengths & set(ARCHITECTURE_FIELDS)
     assert {"n_token", "n_layer", "d_model", "cutoffs", "tie_weight"} <= set(ARCHITECTURE_FIELDS)
+
+
+def test_the_check_and_the_load_read_the_same_export_when_its_link_is_swapped(data, tmp_path):
+    """A link checked against the run's vocabulary, then pointed at another export before the
+    weights are loaded: the checked export's weights are loaded all the same."""
+    config = run_config(data, f"train.init_from={tmp_path / 'source'}")
+    checked = make_export(tmp_path / "checked", config.model, data / "vocab.txt", seed=5)
+    lines = (data / "vocab.txt").read_text().splitlines(keepends=True)
+    (tmp_path / "vocab.txt").write_text("".join([lines[1], lines[0], *lines[2:]]))
+    other = make_export(tmp_path / "other", config.model, tmp_path / "vocab.txt", seed=9)
+    (tmp_path / "source").symlink_to(checked)
+    source = checked_source(config)
+    (tmp_path / "source").unlink()
+    (tmp_path / "source").symlink_to(other)  # a source the vocabulary check refuses
+    with pytest.raises(ConfigError, match="was trained with vocabulary sha256"):
+        checked_source(config)
+    loaded = dict(source_model(source).named_parameters())
+    for name, weight in TransformerXL.from_pretrained(checked).named_parameters():
+        assert torch.equal(loaded[name], weight), name
+    assert source.describe() == f"export {tmp_path / 'source'}"
+
+
+@pytest.mark.parametrize(
+    "name, kind, refusal",
+    [
+        ("config.json", "link", "config.json is a link: a model config (config.json) is read"),
+        ("config.json", "fifo", "config.json is not a regular file (a FIFO, device or directory)"),
+        ("vocab.txt", "link", "vocab.txt is a link: a vocabulary file (vocab.txt) is read only"),
+        ("vocab.txt", "elsewhere", "vocab.txt is a link"),
+        ("vocab.txt", "fifo", "vocab.txt is not a regular file"),
+        ("vocab.txt", "sparse", "vocab.txt holds more than TXL_MAX_VOCAB_BYTES=268435456 bytes"),
+    ],
+)
+def test_an_exports_file_that_is_no_regular_file_of_its_own_is_refused_in_one_line(
+    data, tmp_path, name, kind, refusal
+):
+    config = run_config(data, f"train.init_from={tmp_path / 'export'}")
+    export = make_export(tmp_path / "export", config.model, data / "vocab.txt")
+    planted(export, name, kind)
+    with pytest.raises(ConfigError) as err:
+        without_blocking(export / name, lambda: checked_source(config))
+    message = str(err.value)
+    assert "\n" not in message and "/proc/" not in message
+    assert message.startswith(f"train.init_from={export}: not a readable export: {export}/")
+    assert refusal in message

@@ -1,7 +1,11 @@
+import json
+import os
+
 import pytest
 import torch
 
 from txl_dist.engine.metrics import (
+    Metrics,
     Throughput,
     eval_line,
     peak_tflops_of,
@@ -72,3 +76,14 @@ def test_wandb_groups_training_evaluation_and_event_records():
     assert wandb_prefix(dict(step=3, loss=1.0)) == "train/"
     assert wandb_prefix(dict(step=3, split="valid", corpus="wiki")) == "valid/wiki/"
     assert wandb_prefix(dict(step=3, event="straggler", rank=1)) == "straggler/"
+
+
+def test_metrics_are_never_appended_through_a_planted_link(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    os.symlink(victim, tmp_path / "metrics.jsonl")
+    metrics = Metrics(str(tmp_path), enabled=True, run={"run_id": "r", "restart": 0})
+    metrics.log({"step": 1, "loss": 2.0})
+    assert victim.read_text() == "precious\n"
+    rows = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(row)["loss"] for row in rows] == [2.0]

@@ -22,6 +22,7 @@ from txl_dist.model import TransformerXL, TXLConfig
 
 # fp32 and no dropout: the first step's forward is the source model's, as from_pretrained's.
 EXACT = ["deepspeed.bf16.enabled=false", "model.dropout=0.0", "model.dropatt=0.0"]
+PLANTED = ("config.json", "metrics.jsonl")  # files a fresh run writes into its directory
 
 
 def tiny_model(wikitext: Path) -> TXLConfig:
@@ -58,8 +59,12 @@ def first_batch_loss(model_dir: Path, wikitext: Path) -> float:
 
 @pytest.fixture(scope="module")
 def from_export(wikitext, seed_export, tmp_path_factory) -> Path:
-    """One process (ZeRO-1 in fp32) started from the seed export: 2 steps."""
+    """One process (ZeRO-1 in fp32) started from the seed export: 2 steps, in a directory where
+    config.json and metrics.jsonl are links planted to files elsewhere."""
     out = tmp_path_factory.mktemp("from_export")
+    for name in PLANTED:
+        (out.parent / f"victim-{name}").write_text("precious\n")
+        (out / name).symlink_to(out.parent / f"victim-{name}")
     train(
         out, wikitext, nprocs=1,
         overrides=[*EXACT, "train.max_steps=2", f"train.init_from={seed_export}"],
@@ -74,6 +79,13 @@ def test_a_run_from_an_export_starts_at_the_exports_loss(wikitext, seed_export, 
     assert first == pytest.approx(expected, rel=1e-6, abs=0)
     config = json.loads((from_export / "config.json").read_text())
     assert config["train"]["init_from"] == str(seed_export)
+
+
+def test_a_fresh_run_writes_nothing_through_links_planted_in_its_directory(from_export):
+    for name in PLANTED:
+        assert (from_export.parent / f"victim-{name}").read_text() == "precious\n"
+        assert not (from_export / name).is_symlink()
+    assert records(from_export)[0]["step"] == 1
 
 
 def test_its_export_says_where_it_came_from(from_export, seed_export, tmp_path):

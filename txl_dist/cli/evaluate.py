@@ -57,6 +57,7 @@ from txl_dist.exports.context import RECL_THRESHOLD, write_csv
 from txl_dist.exports.loading import (
     DTYPES,
     EVAL_ROWS,
+    check_rows,
     export_evaluation,
     export_level,
     export_vocabulary,
@@ -274,11 +275,13 @@ def batches_for(args: argparse.Namespace, model: TransformerXL, world: World):
     tgt_len, rows = model.config.tgt_len, args.batch_size
     if args.text:
         ids, unknown = read_text(args.text, args.model[0])
+        check_rows(rows, len(ids), args.text)
         batches = TextBatches(ids, rows, tgt_len, world.rank, world.world_size)
         return args.text, batches, unknown, export_level(args.model[0])
     url = args.data if args.data.endswith(".json") else manifest_url(args.data, args.split)
     for path in args.model:
         check_data_vocab(url, export_vocabulary(path), path)
+    check_rows(rows, load_manifest(url).tokens, url)
     streams = TokenStreams(
         url, rows_per_rank=rows // world.world_size, tgt_len=tgt_len, rank=world.rank,
         world_size=world.world_size, tail=True, expected_vocab_size=model.config.n_token,

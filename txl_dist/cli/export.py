@@ -37,6 +37,8 @@ from data_pipeline import (
     redact_text,
     vocab_url,
 )
+from data_pipeline.limits import METADATA_BYTES
+from data_pipeline.received import received_lines
 from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.engine.checkpoint.consolidate import (
     Checkpoint,
@@ -73,7 +75,7 @@ def training_vocab(
     url = path or (carried if os.path.exists(carried) else _local_vocab_of(ckpt))
     kind = Subword if url.endswith(".json") else Vocab
     try:
-        vocab = kind.load(url, storage_options or {})
+        vocab = kind.load(url, storage_options or {}, given=path is not None)  # --vocab's link
     except DataError as err:
         raise ExportError(
             f"vocabulary {redact_text(url)} of the run not found or not readable "
@@ -151,11 +153,13 @@ def export(
 def eval_records(ckpt: Checkpoint) -> list[dict]:
     """The run's evaluation rows logged at the checkpoint's step (empty if none were kept)."""
     path = os.path.join(ckpt.run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return []
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return [r for r in rows if "split" in r and r.get("step") == ckpt.step]
+    try:  # one row at a time: only the rows of the step are kept
+        rows = (json.loads(line) for line in received_lines(path, METADATA_BYTES, "metrics log"))
+        return [r for r in rows if "split" in r and r.get("step") == ckpt.step]
+    except (DataError, ValueError) as err:
+        raise ExportError(str(err)) from err
 
 
 def eval_line(row: dict, mixed: bool) -> str:

@@ -45,6 +45,7 @@ from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.train import Trainer
+from txl_dist.files import open_new
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.accounting import build_on_meta
 from txl_dist.process.dist import World, init_distributed
@@ -126,7 +127,7 @@ def _assemble_trainer(
     # Every metrics row says which run and which start of it wrote it: txl-report draws one run.
     metrics = Metrics(out_dir, world.is_main, run=dict(run_id=state.run_id, restart=state.restarts))
     if world.is_main:
-        with open(os.path.join(out_dir, "config.json"), "w") as f:
+        with open_new(os.path.join(out_dir, "config.json")) as f:  # never through a link
             json.dump(config.public_dict(), f, indent=2)
     trainer = Trainer(
         config=config,

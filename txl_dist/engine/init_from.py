@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -33,10 +32,11 @@ from txl_dist.engine.checkpoint.consolidate import (
     build_model,
     consolidated_weights,
     open_checkpoint,
+    tag_directory,
 )
 from txl_dist.exports.loading import export_vocabulary
 from txl_dist.model import TransformerXL, TXLConfig
-from txl_dist.model.transformer import CONFIG_FILE
+from txl_dist.model.transformer import CONFIG_FILE, read_json
 from txl_dist.schema import ConfigError
 
 log = logging.getLogger(__name__)
@@ -72,16 +72,27 @@ class InitSource:
     """Its model config."""
     vocab_sha256: str
     """sha256 of the vocabulary or tokenizer it was trained with."""
+    directory: str
+    """The export's or checkpoint's directory as opened when it was checked (bound()): what
+    its weights are loaded from."""
+    shown: str
+    """That directory by its path, for messages."""
     checkpoint: Checkpoint | None = None
-    """The checkpoint, for kind checkpoint."""
+    """The checkpoint, for kind checkpoint (read through `directory`)."""
 
     def describe(self) -> str:
         """What the run was initialized from, for the log, the record and export READMEs."""
         if self.checkpoint is None:
             return f"export {self.path}"
-        ckpt = self.checkpoint
-        run = ckpt.point.client.run_id
-        return f"checkpoint {ckpt.path} (run {run}, step {ckpt.step})"
+        run = self.checkpoint.point.client.run_id
+        return f"checkpoint {self.shown} (run {run}, step {self.checkpoint.step})"
+
+
+def bound(path: str) -> str:
+    """/proc/self/fd/N of the directory `path` names now, held open for the process: a source
+    is checked and loaded through it, so both read the same directory whatever `path` names
+    in between (a link swapped after the vocabulary check)."""
+    return f"/proc/self/fd/{os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)}"
 
 
 def open_source(path: str) -> InitSource:
@@ -94,28 +105,34 @@ def open_source(path: str) -> InitSource:
             "local path only: copy the export or checkpoint to local storage and name that"
         )
     local = os.path.expanduser(local)
+    try:
+        directory = bound(local)
+    except OSError as err:
+        raise ConfigError(f"train.init_from={path}: not a directory ({err.strerror})") from None
     # A run directory holds a config.json too (the run config): the checkpoint layout first.
     training = (os.path.join(CHECKPOINT_DIR, LATEST), LATEST, CLIENT_FILE)
-    is_training = any(os.path.exists(os.path.join(local, name)) for name in training)
-    if not is_training and os.path.exists(os.path.join(local, CONFIG_FILE)):
-        return _export_source(path, local)
+    is_training = any(os.path.exists(os.path.join(directory, name)) for name in training)
+    if not is_training and os.path.exists(os.path.join(directory, CONFIG_FILE)):
+        return _export_source(path, directory, local)
     try:
-        ckpt = open_checkpoint(local)
+        tag_dir = tag_directory(directory)
+        ckpt = open_checkpoint(bound(tag_dir))
     except ExportError as err:
         raise ConfigError(
-            f"train.init_from={path}: neither an export (no {CONFIG_FILE}) nor a checkpoint: {err}"
+            f"train.init_from={path}: neither an export (no {CONFIG_FILE}) nor a checkpoint: "
+            f"{str(err).replace(directory, local)}"
         ) from err
-    return InitSource(
-        path, "checkpoint", ckpt.config.model, ckpt.point.client.vocab_sha256, checkpoint=ckpt
-    )
+    shown = os.path.normpath(tag_dir.replace(directory, local, 1))
+    model, sha = ckpt.config.model, ckpt.point.client.vocab_sha256
+    return InitSource(path, "checkpoint", model, sha, ckpt.path, shown, checkpoint=ckpt)
 
 
-def _export_source(path: str, local: str) -> InitSource:
+def _export_source(path: str, directory: str, local: str) -> InitSource:
     try:
-        with open(os.path.join(local, CONFIG_FILE)) as f:
-            values = json.load(f)
+        values = read_json(os.path.join(directory, CONFIG_FILE), "model config (config.json)")
     except (ValueError, OSError) as err:
-        raise ConfigError(f"train.init_from={path}: not a readable export: {err}") from err
+        message = str(err).replace(directory, local)
+        raise ConfigError(f"train.init_from={path}: not a readable export: {message}") from err
     if isinstance(values, dict) and "auto_map" in values:
         raise ConfigError(
             f"train.init_from={path} is a Hugging Face export (txl-export --format hf); "
@@ -124,15 +141,16 @@ def _export_source(path: str, local: str) -> InitSource:
         )
     try:
         model = TXLConfig.from_dict(values)
-        vocabulary = export_vocabulary(local)
+        vocabulary = export_vocabulary(directory)
     except (ValueError, DataError, OSError) as err:
-        raise ConfigError(f"train.init_from={path}: not a readable export: {err}") from err
+        message = str(err).replace(directory, local)
+        raise ConfigError(f"train.init_from={path}: not a readable export: {message}") from err
     if vocabulary is None:
         raise ConfigError(
             f"train.init_from={path}: the export has no vocab.txt or tokenizer.json to check "
             "this run's data against; export the checkpoint again with txl-export"
         )
-    return InitSource(path, "export", model, vocabulary.sha256)
+    return InitSource(path, "export", model, vocabulary.sha256, directory, local)
 
 
 def architecture_differences(source: TXLConfig, run: TXLConfig) -> list[str]:
@@ -180,8 +198,7 @@ def source_model(source: InitSource) -> TransformerXL:
     """The source's model in fp32 on the CPU: an export's weights, or a checkpoint's fp32
     master weights consolidated from any ZeRO stage."""
     if source.checkpoint is None:
-        _, local = fsspec.core.split_protocol(source.path)
-        return TransformerXL.from_pretrained(os.path.expanduser(local)).float()
+        return TransformerXL.from_pretrained(source.directory).float()
     ckpt = source.checkpoint
     return build_model(ckpt, consolidated_weights(ckpt), torch.float32)
 

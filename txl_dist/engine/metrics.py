@@ -21,6 +21,7 @@ import torch
 
 from data_pipeline import redact, redact_text
 from txl_dist.config.sections import WandbConfig
+from txl_dist.files import open_append
 from txl_dist.logs import libraries_quiet
 from txl_dist.model.accounting import train_flops_per_token
 from txl_dist.model.config import TXLConfig
@@ -205,7 +206,7 @@ class Metrics:
         record = {k: v for k, v in record.items() if v is not None}
         if "split" in record:  # a mix logs its corpora, then their mean: the mean stays
             self.evaluations[record["split"]] = record
-        with open(self.path, "a") as f:
+        with open_append(self.path) as f:  # never through a link planted in the run directory
             f.write(json.dumps({**record, **self.run, "time": time.time()}) + "\n")
         if line:
             log.info(line)

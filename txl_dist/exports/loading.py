@@ -7,14 +7,13 @@ what else they need of an export here rather than importing each other.
 
 from __future__ import annotations
 
-import json
 import os
 
 import torch
 
 from data_pipeline import TOKENIZER_FILE, DataError, Subword, Vocab
 from txl_dist.model import TransformerXL
-from txl_dist.model.transformer import CONFIG_FILE, VOCAB_FILE
+from txl_dist.model.transformer import CONFIG_FILE, VOCAB_FILE, read_json
 from txl_dist.scores import SCORE_OF_LEVEL
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -39,8 +38,7 @@ def refuse_hf_export(model_dir: str) -> None:
     keys."""
     path = os.path.join(model_dir, CONFIG_FILE)
     try:
-        with open(path) as f:
-            values = json.load(f)
+        values = read_json(path, "the export's config (config.json)")
     except (OSError, ValueError):
         return  # no export, or not one of ours: the loaders say which, in their words
     if isinstance(values, dict) and "auto_map" in values:
@@ -55,10 +53,9 @@ def export_data(model_dir: str) -> dict:
     """The export's data.json ({} for an export without one: written before char-level data,
     or by save_pretrained alone)."""
     path = os.path.join(model_dir, DATA_FILE)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return {}
-    with open(path) as f:
-        return json.load(f)
+    return read_json(path, "record of the export's data (data.json)")
 
 
 def export_level(model_dir: str) -> str:
@@ -87,6 +84,16 @@ def export_evaluation(model_dir: str, device: torch.device) -> tuple[int, str]:
             f"{', '.join(DTYPES)}}}; export the checkpoint again"
         )
     return rows, "fp32" if dtype == "fp16" and device.type == "cpu" else dtype
+
+
+def check_rows(rows: int, tokens: int, source: str) -> None:
+    """Refuse more rows than the data has tokens (a received data.json's evaluation.rows is a
+    number of rows to allocate memories for): checked before anything is allocated."""
+    if rows > max(tokens, 1):
+        raise ValueError(
+            f"{rows} rows (--batch-size, else the export's data.json evaluation.rows) for the "
+            f"{tokens} tokens of {source}: pass a smaller --batch-size"
+        )
 
 
 def export_vocab(model_dir: str) -> Vocab | None:
@@ -129,10 +136,10 @@ def tokenizer_record(subword: Subword) -> dict:
 def export_n_token(model_dir: str) -> int | None:
     """The model's n_token (config.json), None without one (a directory of a tokenizer alone)."""
     path = os.path.join(model_dir, CONFIG_FILE)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return None
-    with open(path) as f:
-        return json.load(f).get("n_token")
+    values = read_json(path, "model config (config.json)")
+    return values.get("n_token") if isinstance(values, dict) else None
 
 
 def export_vocabulary(model_dir: str) -> Vocab | Subword | None:

@@ -13,12 +13,16 @@ request and a prompt start after it, as every document of the training data does
 from __future__ import annotations
 
 import contextlib
+import io
+import itertools
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
 
 from data_pipeline import DATASETS, EOS, SENTENCE, TOKENIZER_FILE, DataError, Vocab
+from data_pipeline.limits import TEXT_BYTES
+from data_pipeline.received import decoded, open_received, read_received, too_large
 from txl_dist.exports.generation import (
     CharDetokenizer,
     Detokenizer,
@@ -124,13 +128,36 @@ class ExportText:
 
 
 def text_ids(path: str, vocab: Vocab) -> tuple[np.ndarray, int]:
-    """(ids, unknown words) of a text file tokenized as WikiText."""
-    with open(path, encoding="utf-8") as f:
-        words = [w for line in f for w in (*line.split(), EOS)]
-    ids = vocab.encode(words)
+    """(ids, unknown words) of a text file tokenized as WikiText, TEXT_LINES lines at a time:
+    memory follows the ids, not the words."""
+    pieces, unknown = [], 0
     unk = vocab.index.get(vocab.unk, -1)
-    unknown = sum(1 for w, i in zip(words, ids.tolist()) if i == unk and w != vocab.unk)
-    return ids, unknown
+    lines = _lines(path)
+    while block := list(itertools.islice(lines, TEXT_LINES)):
+        words = [w for line in block for w in (*line.split(), EOS)]
+        ids = vocab.encode(words)
+        unknown += sum(1 for w, i in zip(words, ids.tolist()) if i == unk and w != vocab.unk)
+        pieces.append(ids)
+    return (np.concatenate(pieces) if pieces else np.zeros(0, np.int32)), unknown
+
+
+TEXT_LINES = 1 << 16
+"""Lines of --text tokenized together."""
+
+
+def _lines(path: str) -> Iterator[str]:
+    """The lines of the text file `path` (named on the command line: a pipe is read too), no
+    more than TEXT_BYTES of it (counted in characters, as many as its bytes or fewer)."""
+    read, cap = 0, TEXT_BYTES.value()
+    with io.TextIOWrapper(open_received(path, TEXT_BYTES, "text file", given=True), "utf-8") as f:
+        try:
+            while line := f.readline(cap + 1 - read):
+                read += len(line)
+                if read > cap:
+                    raise too_large(path, TEXT_BYTES, "text file")
+                yield line
+        except UnicodeDecodeError as err:
+            raise DataError(f"{path} is not a text file (not UTF-8 text: {err})") from None
 
 
 def read_text(path: str, model_dir: str) -> tuple[np.ndarray, int | None]:
@@ -142,8 +169,8 @@ def read_text(path: str, model_dir: str) -> tuple[np.ndarray, int | None]:
     are parted by that token's text, which the tokenizer reads as the token)."""
     text = ExportText(model_dir)
     if text.subword is not None:
-        with open(path, encoding="utf-8", newline="") as f:  # the file's own line ends
-            ids = text.encode(f.read())[0]
+        data = read_received(path, TEXT_BYTES, "text file", given=True)  # a pipe is read too
+        ids = text.encode(decoded(data, path, "text file"))[0]  # the file's own line ends
         if text.eos is not None:
             ids = np.concatenate([np.asarray(text.start, np.int64), ids])
         return ids, None

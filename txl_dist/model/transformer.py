@@ -14,9 +14,10 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -332,8 +333,7 @@ class TransformerXL(nn.Module):
                 f"{config_path} not found: pass a directory that save_pretrained or "
                 "txl-export wrote"
             )
-        with open(config_path) as f:
-            config = TXLConfig.from_dict(json.load(f))
+        config = TXLConfig.from_dict(read_json(config_path, "model config (config.json)"))
         _check_vocab_size(directory, config)
         weights_path = _weights_path(directory)
         if weights_path.endswith(SAFETENSORS_FILE):
@@ -435,15 +435,25 @@ def _check_vocab_size(directory, config: TXLConfig) -> None:
         return
     # The lines Vocab.load reads, counted alike. From its module, not the pipeline's front door:
     # an HF export ships this module and every module it imports (txl_dist/hf/export.py).
+    from data_pipeline.limits import VOCAB_BYTES
+    from data_pipeline.received import read_received
     from data_pipeline.vocab import vocab_entries
 
-    with open(path, encoding="utf-8", errors="replace") as f:
-        entries = len(vocab_entries(f.read()))
+    data = read_received(path, VOCAB_BYTES, "vocabulary file (vocab.txt)")
+    entries = len(vocab_entries(data.decode("utf-8", errors="replace")))
     if entries != config.n_token:
         raise ValueError(
             f"{path} has {entries} entries but config.json has n_token {config.n_token}: the "
             "vocabulary is not the model's; re-export or restore the right vocab.txt"
         )
+
+
+def read_json(path: str, what: str) -> Any:
+    """The JSON of a file of an export, read as a received file (data_pipeline.received)."""
+    from data_pipeline.limits import METADATA_BYTES
+    from data_pipeline.received import read_received_text
+
+    return json.loads(read_received_text(path, METADATA_BYTES, what))
 
 
 def _weights_path(directory) -> str:
@@ -458,6 +468,11 @@ def _weights_path(directory) -> str:
         raise FileNotFoundError(
             f"{directory} holds {what} {SAFETENSORS_FILE} and {TORCH_FILE}: an export has "
             "exactly one; re-export into an empty directory"
+        )
+    if not stat.S_ISREG(os.lstat(found[0]).st_mode):  # a link may lead anywhere, a FIFO blocks
+        raise ValueError(
+            f"{found[0]} is a link or not a regular file: the weights are read only as a "
+            "regular file of the export; replace it with the file itself"
         )
     return found[0]
 

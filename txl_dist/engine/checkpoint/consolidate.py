@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +21,12 @@ from torch import Tensor
 from txl_dist.config.plan import RunPlan
 from txl_dist.config.sections import RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint.resume import ResumePoint, find_resume_point
-from txl_dist.engine.checkpoint.state import CLIENT_FILE, LATEST, CheckpointStateError
+from txl_dist.engine.checkpoint.state import (
+    CLIENT_FILE,
+    LATEST,
+    CheckpointStateError,
+    read_latest,
+)
 from txl_dist.engine.checkpoint.store.trusted import UnsafeCheckpointError, load_trusted
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta
@@ -58,18 +64,33 @@ class Checkpoint:
         return os.path.dirname(os.path.abspath(self.point.directory))
 
 
-def open_checkpoint(path: str) -> Checkpoint:
-    """Resolve a run directory, a checkpoints/ directory or a global_stepN directory."""
+def tag_directory(path: str) -> str:
+    """The global_stepN directory a run directory, a checkpoints/ directory or a global_stepN
+    directory names (a checkpoints/ directory's by its `latest`)."""
     run_checkpoints = os.path.join(path, "checkpoints")
     if os.path.exists(os.path.join(run_checkpoints, LATEST)):
         path = run_checkpoints
-    if not any(os.path.exists(os.path.join(path, name)) for name in (CLIENT_FILE, LATEST)):
+    if os.path.exists(os.path.join(path, CLIENT_FILE)):
+        return path
+    if not os.path.lexists(os.path.join(path, LATEST)):
         raise ExportError(
             f"{path} holds no checkpoint: pass a run directory (with checkpoints/latest), its "
             "checkpoints/ directory or a checkpoints/global_stepN directory"
         )
     try:
-        point = find_resume_point(path, out_dir=path)
+        tag_dir = os.path.join(path, read_latest(path))
+    except (FileNotFoundError, ValueError) as err:
+        raise ExportError(str(err)) from err
+    if not os.path.exists(os.path.join(tag_dir, CLIENT_FILE)):
+        raise ExportError(f"{tag_dir}/{CLIENT_FILE} missing: checkpoint {tag_dir} is incomplete")
+    return tag_dir
+
+
+def open_checkpoint(path: str) -> Checkpoint:
+    """Resolve a run directory, a checkpoints/ directory or a global_stepN directory."""
+    tag_dir = tag_directory(path)
+    try:
+        point = find_resume_point(tag_dir, out_dir=tag_dir)
     except (FileNotFoundError, CheckpointStateError, UnsafeCheckpointError) as err:
         raise ExportError(str(err)) from err
     try:
@@ -109,6 +130,7 @@ def _stage0_weights(ckpt: Checkpoint) -> dict[str, Tensor]:
     # DeepSpeed's unfused fp16/bf16 optimizer keeps one fp32 copy per parameter, in the order
     # the parameters were given to the optimizer: model.parameters(), tied ones once.
     masters = [t for group in states["optimizer"]["fp32_groups"] for t in group]
+    check_layers(ckpt, module, path)
     names = [name for name, _ in build_on_meta(ckpt.config.model).named_parameters()]
     if len(masters) != len(names):
         raise ExportError(
@@ -128,6 +150,7 @@ def _stage0_weights(ckpt: Checkpoint) -> dict[str, Tensor]:
 
 def build_model(ckpt: Checkpoint, weights: dict[str, Tensor], dtype: torch.dtype) -> TransformerXL:
     """The model of the checkpoint's config holding `weights` (cast to dtype), weights re-tied."""
+    check_layers(ckpt, weights, ckpt.path)
     model = build_on_meta(ckpt.config.model)
     expected = dict(model.named_parameters())  # tied parameters under their first name
     missing = sorted(set(expected) - set(weights))
@@ -148,3 +171,14 @@ def build_model(ckpt: Checkpoint, weights: dict[str, Tensor], dtype: torch.dtype
     model.load_state_dict({k: weights[k] for k in expected}, strict=False, assign=True)
     model.tie_weights()
     return model.eval()
+
+
+def check_layers(ckpt: Checkpoint, names: Iterable[str], where: str) -> None:
+    """The weights' layers must be as many as txl.json's n_layer, checked before a model of
+    n_layer is built (a received txl.json's 10**7 would build layers for minutes)."""
+    layers = {name.split(".")[1] for name in names if name.startswith("layers.")}
+    if len(layers) != ckpt.config.model.n_layer:
+        raise ExportError(
+            f"{where}: the weights hold {len(layers)} layers, txl.json's model section says "
+            f"n_layer {ckpt.config.model.n_layer}: the checkpoint does not match its config"
+        )

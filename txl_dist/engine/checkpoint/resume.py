@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -13,6 +14,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from data_pipeline.limits import TOKENIZER_BYTES
+from data_pipeline.received import ReceivedFileError, read_received
 from data_pipeline.streams import StreamStateError
 from txl_dist.engine.checkpoint.parts import CheckpointPart, Location, Place, RunState, rank_file
 from txl_dist.engine.checkpoint.state import (
@@ -39,6 +42,8 @@ from txl_dist.process.dist import World
 from txl_dist.schema import ConfigError
 
 log = logging.getLogger(__name__)
+
+MEMORY_FILE = re.compile(r"^memory_rank\d+\.pt$")  # every rank's (parts/memory.py)
 
 
 @dataclass
@@ -102,10 +107,33 @@ def _checked_point(directory: str, tag: str) -> ResumePoint:
         client = CheckpointState.read(client_path)
     except json.JSONDecodeError as err:
         raise DamagedCheckpointError(f"{client_path} is damaged: not JSON ({err})") from err
-    if problem := damage(tag_dir, client.files) or tokenizer_damage(tag_dir, client.vocab_sha256):
+    except ReceivedFileError as err:  # a link, FIFO or oversized file in its place
+        raise DamagedCheckpointError(f"checkpoint {tag_dir} is damaged: {err}") from err
+    try:
+        problem = (
+            damage(tag_dir, client.files)
+            or tokenizer_damage(tag_dir, client.vocab_sha256)
+            or world_size_damage(tag_dir, client.world_size)
+        )
+    except ReceivedFileError as err:  # a link, FIFO or oversized file where a file should be
+        problem = str(err)
+    if problem:
         raise DamagedCheckpointError(f"checkpoint {tag_dir} is damaged: {problem}")
     check_pickles(tag_dir)  # before DeepSpeed or we unpickle anything
     return ResumePoint(directory, tag, client)
+
+
+def world_size_damage(tag_dir: str, world_size: object) -> str | None:
+    """How txl.json's world_size disagrees with the ranks' files, or None; checked before
+    anything makes a list of that many ranks. Every rank saves its memory file (checkpoints
+    from before they existed: at least one file of its own)."""
+    names = os.listdir(tag_dir)
+    memory = sum(1 for name in names if MEMORY_FILE.match(name))
+    most = memory or len(names)
+    number = isinstance(world_size, int) and not isinstance(world_size, bool)
+    if number and 1 <= world_size <= most and world_size == (memory or world_size):
+        return None
+    return f"{CLIENT_FILE} records world_size {world_size!r}, its files are those of {most} ranks"
 
 
 def needs_universal(point: ResumePoint | None, world_size: int, zero_stage: int) -> bool:
@@ -144,19 +172,18 @@ def rank_states(point: ResumePoint, name: str) -> list[Any] | None:
     """Every saved rank's state of the RANK_FILE part `name`; None where the checkpoint was
     saved before the part existed."""
     tag_dir = os.path.join(point.directory, point.tag)
-    paths = [os.path.join(tag_dir, rank_file(name, r)) for r in range(point.client.world_size)]
-    if not os.path.exists(paths[0]):
+    if not os.path.exists(os.path.join(tag_dir, rank_file(name, 0))):
         return None
-    return [load_trusted(path) for path in paths]
+    ranks = range(point.client.world_size)  # checked against the files (world_size_damage)
+    return [load_trusted(os.path.join(tag_dir, rank_file(name, r))) for r in ranks]
 
 
 def main_file(point: ResumePoint, name: str) -> bytes | None:
     """The bytes of the MAIN_FILE part `name`; None where the checkpoint lacks it."""
     path = os.path.join(point.directory, point.tag, name)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return None
-    with open(path, "rb") as f:
-        return f.read()
+    return read_received(path, TOKENIZER_BYTES, name)  # tokenizer.json: the one MAIN_FILE part
 
 
 def convert_to_universal(point: ResumePoint) -> str:

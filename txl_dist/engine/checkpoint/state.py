@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from data_pipeline import BatchStream
+from data_pipeline.limits import METADATA_BYTES
+from data_pipeline.received import read_received_text
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint.layout_v1 import upgraded
 from txl_dist.process.dist import World
@@ -36,8 +38,7 @@ def step_of(tag: str) -> int:
 
 def read_latest(directory: str) -> str:
     path = os.path.join(directory, LATEST)
-    with open(path) as f:
-        tag = f.read().strip()
+    tag = read_received_text(path, METADATA_BYTES, "checkpoint tag file (latest)").strip()
     if not TAG_PATTERN.match(tag):  # a tag is a directory name: never a path elsewhere
         raise FileNotFoundError(f"{path} names {tag[:80]!r}, not a global_stepN checkpoint tag")
     return tag
@@ -124,9 +125,8 @@ class CheckpointState:
 
     @classmethod
     def read(cls, path: str) -> CheckpointState:
-        """The state in the txl.json at `path`."""
-        with open(path) as f:
-            return cls.from_json(f.read(), path)
+        """The state in the txl.json at `path` (a received file: data_pipeline.received)."""
+        return cls.from_json(read_received_text(path, METADATA_BYTES, "checkpoint record"), path)
 
 
 def record_facts(

@@ -72,16 +72,28 @@ def test_pickles_the_scanner_cannot_read_are_refused(tmp_path, save_kwargs):
     assert not marker.exists()
 
 
-def test_a_pickle_in_a_linked_subdirectory_is_found(tmp_path):
-    # DeepSpeed's universal checkpoints keep their tensors in zero/<param>/*.pt.
+@pytest.mark.parametrize("target", ["/", "elsewhere", "tag", "fp32.pt"])
+def test_a_link_in_a_checkpoint_is_refused_without_following_it(tmp_path, target):
+    # A link to / once made the scan walk the whole file system, /proc included.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     torch.save({"x": Payload(tmp_path / "pwned")}, elsewhere / "fp32.pt")
     tag = write_checkpoint(tmp_path / "ck")
-    (tag / "zero").mkdir()
-    os.symlink(elsewhere, tag / "zero" / "param")
-    os.symlink(tag, tag / "zero" / "loop")  # a cycle must not hang the walk
-    with pytest.raises(UnsafeCheckpointError, match="fp32.pt: refused, its pickle calls"):
+    (tag / "zero").mkdir()  # DeepSpeed's universal checkpoints keep tensors in zero/<param>/
+    points_to = {"/": "/", "elsewhere": elsewhere, "tag": tag, "fp32.pt": elsewhere / "fp32.pt"}
+    os.symlink(points_to[target], tag / "zero" / "param")
+    with pytest.raises(UnsafeCheckpointError) as err:
+        checkpoint.find_resume_point(str(tag), "unused")
+    assert str(err.value) == (
+        f"{tag}/zero/param: refused, a link in a checkpoint, which txl-dist never writes; "
+        "replace it with the file itself"
+    )
+
+
+def test_a_fifo_in_a_checkpoint_is_refused_without_opening_it(tmp_path):
+    tag = write_checkpoint(tmp_path / "ck")
+    os.mkfifo(tag / "optim_states.pt")
+    with pytest.raises(UnsafeCheckpointError, match="optim_states.pt: refused, a special file"):
         checkpoint.check_pickles(str(tag))
 
 

@@ -13,6 +13,8 @@ from typing import Any
 from isal import isal_zlib
 
 from data_pipeline import TOKENIZER_FILE
+from data_pipeline.limits import TOKENIZER_BYTES
+from data_pipeline.received import read_received
 from txl_dist.engine.checkpoint.state import CLIENT_FILE
 from txl_dist.files import open_new
 
@@ -63,8 +65,7 @@ def tokenizer_damage(tag_dir: str, vocab_sha256: str) -> str | None:
         return None
     if not stat.S_ISREG(os.lstat(path).st_mode):
         return f"{TOKENIZER_FILE} is not a regular file"
-    with open(path, "rb") as f:
-        found = hashlib.sha256(f.read()).hexdigest()
+    found = hashlib.sha256(read_received(path, TOKENIZER_BYTES, "tokenizer file")).hexdigest()
     if found != vocab_sha256:
         return (
             f"{TOKENIZER_FILE} has sha256 {found[:12]}, {CLIENT_FILE} records vocab_sha256 "

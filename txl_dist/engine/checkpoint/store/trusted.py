@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import stat
 from typing import Any
 
 import torch
@@ -57,15 +58,24 @@ def check_pickles(directory: str) -> None:
 
 
 def _pickle_files(directory: str):
-    """Every .pt file under `directory`, through linked directories (each visited once)."""
-    seen = set()
-    for root, dirs, files in os.walk(directory, followlinks=True):
-        real = os.path.realpath(root)
-        if real in seen:
-            dirs[:] = []
-            continue
-        seen.add(real)
+    """Every .pt file under `directory`; a link or a special file anywhere under it is refused
+    (our checkpoints hold neither: a link may lead anywhere, / included, and a FIFO blocks
+    whoever opens it)."""
+    for root, dirs, files in os.walk(directory, onerror=_unreadable):
+        for name in sorted(dirs + files):
+            path = os.path.join(root, name)
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                kind = "a link" if stat.S_ISLNK(mode) else "a special file (FIFO, device, socket)"
+                raise UnsafeCheckpointError(
+                    f"{path}: refused, {kind} in a checkpoint, which txl-dist never writes; "
+                    "replace it with the file itself"
+                )
         yield from sorted(os.path.join(root, name) for name in files if name.endswith(".pt"))
+
+
+def _unreadable(err: OSError) -> None:
+    raise UnsafeCheckpointError(f"{err.filename}: refused, cannot be listed ({err.strerror})")
 
 
 def load_trusted(path: str) -> Any:
