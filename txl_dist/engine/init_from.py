@@ -78,7 +78,7 @@ class InitSource:
     def describe(self) -> str:
         """What the run was initialized from, for the log, the record and export READMEs."""
         if self.checkpoint is None:
-            return f"export {self.path}"
+            return f"export {redact_text(self.path)}"
         ckpt = self.checkpoint
         run = ckpt.point.client.run_id
         return f"checkpoint {ckpt.path} (run {run}, step {ckpt.step})"
@@ -101,9 +101,11 @@ def open_source(path: str) -> InitSource:
         return _export_source(path, local)
     try:
         ckpt = open_checkpoint(local)
-    except ExportError as err:
+    except ExportError as err:  # it names the local part: a file URL's user-info and query kept
+        shown = redact_text(path)
         raise ConfigError(
-            f"train.init_from={path}: neither an export (no {CONFIG_FILE}) nor a checkpoint: {err}"
+            f"train.init_from={shown}: neither an export (no {CONFIG_FILE}) nor a checkpoint: "
+            f"{str(err).replace(local, shown)}"
         ) from err
     return InitSource(
         path, "checkpoint", ckpt.config.model, ckpt.point.client.vocab_sha256, checkpoint=ckpt
