@@ -143,6 +143,7 @@ STARTUP_ERRORS = {
     run_dir.RunDirError: "run directory error",
     checkpoint.UnsafeCheckpointError: "checkpoint error",  # refused before anything unpickled
     checkpoint.DamagedCheckpointError: "checkpoint error",
+    checkpoint.CheckpointStateError: "checkpoint error",  # a txl.json of the wrong shape
 }
 
 
