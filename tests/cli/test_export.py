@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from tests import processes
 from txl_dist.cli import USAGE_ERROR
 from txl_dist.cli.export import data_line, main
 from txl_dist.engine.checkpoint.consolidate import ExportError, open_checkpoint
@@ -33,3 +36,9 @@ def test_the_readme_names_subword_data_subword_level():
     assert "- data: jsonl (word level) at `runs/data/own`, a vocabulary of 2000" in (
         data_line(ckpt, subword=False)
     )
+
+
+def test_help_is_not_headed_by_deepspeeds_accelerator_line():
+    proc = processes.run([Path(sys.executable).parent / "txl-export", "--help"], timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: txl-export"), proc.stderr
+    assert proc.stderr == "", proc.stderr  # DeepSpeed said "Setting accelerator to CPU" here
