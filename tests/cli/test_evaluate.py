@@ -398,3 +398,23 @@ def test_a_missing_include_path_is_named_before_the_harness_starts(capsys, model
         main(list(map(str, args)))
     assert exit_.value.code == USAGE_ERROR
     assert "no-such-dir is not a directory of task YAML files" in capsys.readouterr().err
+
+
+def test_progress_bars_show_on_a_terminal_only(capsys, corpus, model_dir, tmp_path):
+    data = ["--model", str(model_dir), "--data", str(corpus / "data"), "--split", "valid"]
+    assert main([*data, "--batch-size", "3"]) == 0
+    assert main([*data, "--batch-size", "3", "--sweep-mem-len", "0,4"]) == 0
+    src = corpus / "src"
+    argv = [
+        "--dataset",
+        "text",
+        "--source",
+        str(src),
+        "--out",
+        str(tmp_path / "d"),
+        "--workers",
+        "1",
+    ]
+    assert prepare_main([*argv, "--text-docs", "file"]) == 0
+    err = capsys.readouterr().err  # not a terminal: a log file's view
+    assert "\r" not in err and "%|" not in err, err[-500:]
