@@ -3,7 +3,7 @@ machine another busy process shares.
 
     python bench/threads.py [--data runs/data/wikitext-103] [--out runs/bench-threads]
                             [--steps 40] [--eval-tokens 20000] [--generate 200] [--repeats 2]
-                            [--busy 1] [--no-idle]
+                            [--busy 1] [--no-idle] [--only training|txl-eval|txl-generate]
 
 Three single-process commands: the tiny config trained for --steps steps (its tokens/s from
 metrics.jsonl, the steps after the first log line), txl-eval --text of --eval-tokens tokens of
@@ -118,6 +118,8 @@ def measure(args: argparse.Namespace, model: Path, text: Path, label: str) -> No
     base = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     settings = {f"default ({cores})": str(cores), "OMP=1": "1", "chosen": None}
     for name, (higher, run) in workloads(args, model, text).items():
+        if args.only and not name.startswith(args.only):
+            continue
         found: dict[str, list[float]] = {s: [] for s in settings}
         for _ in range(args.repeats):
             for setting, threads in settings.items():
@@ -140,6 +142,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--busy", type=int, default=1)
     parser.add_argument("--no-idle", action="store_true")
+    parser.add_argument("--only", choices=["training", "txl-eval", "txl-generate"])
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     model, text = make_model(args.data, args.out), eval_text(args.data, args.out, args.eval_tokens)
