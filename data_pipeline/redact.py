@@ -3,7 +3,7 @@
 One rule, applied wherever a config, a URL or a message built from them leaves the process:
 - every string under a storage section (`storage_options` and the like: fsspec credentials
   hide under many names);
-- the string value of a key whose name is a credential's: one of its words is secret,
+- the string value of a key whose name is a credential's: one of its words holds secret,
   password or the like, the whole name is a known one (`key`, `token`, `sig`, ...), or it
   ends in a known name of several words (`aws_session_token`, `wandb_api_key`). Names are
   matched by whole words, never by prefix, so ordinary settings (`n_token`, `max_tokens`,
@@ -11,7 +11,10 @@ One rule, applied wherever a config, a URL or a message built from them leaves t
 - the user-info of a URL (`http://user:p@ss@host` -> `http://***@host`, up to the host's last
   `@`; a password holding `/`, `?`, `#` or a space, which ends a URL's authority, up to the
   line's last `@`) and query or fragment parameters whose name, percent-decoded, is a
-  credential's (`?X-Amz-Signature=`, `?sig=`, `#access_token=`, `;jsessionid=`).
+  credential's (`?X-Amz-Signature=`, `?sig=`, `#access_token=`, `;jsessionid=`) or merely
+  holds one of the stems key, token, secret, passw(or)d, pwd, sig(nature), credential, auth
+  anywhere (`?subscription-key=`, `?accesstoken=`, `?clientsecret=`): services name their
+  credentials freely, and a plain parameter hidden in an error line costs nothing.
 
 Every pattern runs in time linear in the text: messages quote fields of untrusted files.
 """
@@ -25,13 +28,9 @@ from urllib.parse import unquote_plus
 REDACTED = "***"
 # Dicts whose every string is a secret candidate (credentials under backend-specific names).
 SECRET_SECTIONS = frozenset({"storage_options", "out_options", "client_kwargs", "headers"})
-# A name holding one of these words names a secret (`aws_secret_access_key`, `X-Amz-Credential`).
-SECRET_WORDS = frozenset(
-    {
-        "secret", "password", "passwd", "passphrase", "credential", "credentials", "signature",
-        "jwt", "hmac",
-    }
-)  # fmt: skip
+# A name with one of these inside any of its words names a secret (`aws_secret_access_key`,
+# `X-Amz-Credential`, `clientsecret`, `dbpasswd`): no ordinary setting holds them.
+SECRET_STEMS = ("secret", "passw", "passphrase", "credential", "signature", "jwt", "hmac")
 # Names (words joined by `_`, lower case) of credentials that hold no such word: a name is one
 # of them, or ends in one of several words (`my_api_key`; but `n_token` is not `token`).
 CREDENTIAL_NAMES = frozenset(
@@ -49,8 +48,12 @@ _NAME_PARTS = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 # The authority after `://` ends at the first /, ?, # or space.
 _AUTHORITY_END = re.compile(r"[/?#\s]")
 # `?name=value`, `&name=value`, `#name=value` (a fragment's, as OAuth's), `;name=value`: a name
-# never holds ?, &, # or ;, so each try stops at the next one.
-_QUERY_PARAMETER = re.compile(r"([?&#;])([^?&#;=\s'\"]*)=([^?&#;\s'\"]*)")
+# never holds ?, &, # or ;, so each try stops at the next one. A value ends before a colon
+# that ends a word (`?token=abc: not found`), so the message's own colon stays.
+_QUERY_PARAMETER = re.compile(r"([?&#;])([^?&#;=\s'\"]*)=((?:[^?&#;:\s'\"]|:(?=[^\s]))*)")
+# A URL parameter's name holding one of these anywhere names a credential (by pattern, not by
+# a list of names: `Ocp-Apim-Subscription-Key`, `authtoken`, `X-Goog-Credential`).
+_SECRET_PARAMETER = re.compile(r"key|token|secret|passw|pwd|sig|credential|auth", re.I)
 
 
 def is_secret_name(name: str) -> bool:
@@ -60,8 +63,13 @@ def is_secret_name(name: str) -> bool:
     return (
         joined in CREDENTIAL_NAMES
         or joined.endswith(_COMPOUND_NAMES)
-        or any(w in SECRET_WORDS for w in words)
+        or any(stem in w for w in words for stem in SECRET_STEMS)
     )
+
+
+def is_secret_parameter(name: str) -> bool:
+    """Whether a URL's query or fragment parameter `name` (percent-decoded) holds a secret."""
+    return bool(_SECRET_PARAMETER.search(name)) or is_secret_name(name)
 
 
 def redact_text(text: str) -> str:
@@ -94,7 +102,7 @@ def _userinfo_end(rest: str) -> int:
 
 def _redact_parameter(match: re.Match) -> str:
     mark, name, value = match.groups()
-    secret = value and is_secret_name(unquote_plus(name))  # `access%5Ftoken` too
+    secret = value and is_secret_parameter(unquote_plus(name))  # `access%5Ftoken` too
     return f"{mark}{name}={REDACTED if secret else value}"
 
 

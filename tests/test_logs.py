@@ -2,7 +2,13 @@ import logging
 
 import pytest
 
-from txl_dist.logs import DEEPSPEED_LOGGER, OUR_LOGGERS, configure_logging, libraries_quiet
+from txl_dist.logs import (
+    DEEPSPEED_LOGGER,
+    OUR_LOGGERS,
+    configure_logging,
+    libraries_quiet,
+    ranks,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -56,3 +62,7 @@ def test_deepspeed_keeps_to_errors_unless_verbose(caplog):
     deepspeed.warning("Setting accelerator to CPU")
     assert [r.getMessage() for r in caplog.records] == ["Setting accelerator to CPU"]
     assert not libraries_quiet()
+
+
+def test_one_rank_is_one_rank():
+    assert [ranks(n) for n in (1, 2, 16)] == ["1 rank", "2 ranks", "16 ranks"]

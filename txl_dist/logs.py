@@ -36,6 +36,18 @@ def configure_logging(is_main: bool | None = None, verbose: bool = False) -> Non
     _quiet_libraries(not verbose)
 
 
+def ranks(count: int) -> str:
+    """`1 rank`, `2 ranks`: how many ranks, for a line or a README."""
+    return f"{count} rank" if count == 1 else f"{count} ranks"
+
+
+def hold_back_deepspeed() -> None:
+    """DeepSpeed's logger keeps to errors from now on: its import says "Setting accelerator to
+    CPU" before a command has parsed its arguments (it headed `txl-export --help`);
+    configure_logging(verbose=True) lets it speak again."""
+    _quiet_libraries(True)
+
+
 def libraries_quiet() -> bool:
     """Whether DeepSpeed and wandb are held back (wandb's runs ask when they start)."""
     return _errors_only in logging.getLogger(DEEPSPEED_LOGGER).filters

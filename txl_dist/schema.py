@@ -27,28 +27,44 @@ class ConfigError(ValueError):
 
 def section_from_dict(cls: type[T], values: dict[str, Any], section: str = "") -> T:
     """Build dataclass `cls` from `values`, checking keys and types; errors name `section.key`
-    (`section` is the dotted path of `values`, "" at the top)."""
+    (`section` is the dotted path of `values`, "" at the top). Every unknown key, wrong type,
+    missing key and refused value of sections that could be built is reported at once: one
+    ConfigError, its problems one a line after the first when there are several."""
+    problems: list[str] = []
+    built = _build(cls, values, section, problems)
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(
+            f"{len(problems)} problems in the config:\n" + "\n".join(f"  {p}" for p in problems)
+        )
+    return built
+
+
+def _build(cls: type[T], values: Any, section: str, problems: list[str]) -> T | None:
+    """`cls` from `values`, or None after adding what is wrong to `problems`."""
     if not isinstance(values, dict):
-        raise ConfigError(f"{section} must be a JSON object, got {type(values).__name__}")
+        problems.append(f"{section} must be a JSON object, got {type(values).__name__}")
+        return None
+    known = len(problems)
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     built = {}
     for key, value in values.items():
         name = f"{section}.{key}" if section else key
         if key not in fields:
-            raise ConfigError(f"unknown key {name}{_suggestion(key, section, fields)}")
-        if dataclasses.is_dataclass(hints[key]):
-            built[key] = section_from_dict(hints[key], value, name)
-            continue
-        if (item := _dataclass_items(hints[key])) is not None and isinstance(value, list):
-            built[key] = [section_from_dict(item, v, f"{name}[{i}]") for i, v in enumerate(value)]
-            continue
-        if not _matches(value, hints[key]):
+            problems.append(f"unknown key {name}{_suggestion(key, section, fields)}")
+        elif dataclasses.is_dataclass(hints[key]):
+            built[key] = _build(hints[key], value, name, problems)
+        elif (item := _dataclass_items(hints[key])) is not None and isinstance(value, list):
+            built[key] = [_build(item, v, f"{name}[{i}]", problems) for i, v in enumerate(value)]
+        elif not _matches(value, hints[key]):
             shown = redact({key: value})[key]  # never echo a secret
-            raise ConfigError(
+            problems.append(
                 f"{name} must be {_type_name(hints[key])}, got {shown!r} ({type(value).__name__})"
             )
-        built[key] = value
+        else:
+            built[key] = value
     required = [
         f.name
         for f in dataclasses.fields(cls)
@@ -56,11 +72,14 @@ def section_from_dict(cls: type[T], values: dict[str, Any], section: str = "") -
     ]
     if missing := [key for key in required if key not in values]:
         prefix = f"{section}." if section else ""
-        raise ConfigError(f"missing key {', '.join(prefix + k for k in missing)}")
+        problems.append(f"missing key {', '.join(prefix + k for k in missing)}")
+    if len(problems) > known:  # its own values are checked once its keys and types are right
+        return None
     try:
         return cls(**built)
     except ValueError as err:
-        raise ConfigError(str(err)) from err
+        problems.append(str(err))
+        return None
 
 
 def _dataclass_items(hint: Any) -> type | None:
@@ -106,6 +125,8 @@ def _type_name(hint: Any) -> str:
         return " or ".join(_type_name(arm) for arm in typing.get_args(hint))
     if hint is type(None):
         return "null"
+    if origin is dict:
+        return "a JSON object"
     if origin is not None:
         return str(hint).replace("typing.", "")
     return getattr(hint, "__name__", str(hint))

@@ -131,7 +131,8 @@ def download(fs, path: str, local: Path, url: str) -> None:
     part = local.with_name(local.name + ".part")
     with reading("source", url):
         size = fs.size(path)
-        bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"download {local.name}")
+        bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"download {local.name}",
+                   disable=None)  # fmt: skip
         with fs.open(path, "rb") as src, part.open("wb") as dst, bar:
             while block := src.read(1 << 22):
                 dst.write(block)

@@ -135,7 +135,7 @@ class Plan:
             contextlib.closing(results),
             tqdm(
                 total=total, unit="B", unit_scale=True, desc=f"{self.dataset} {fn.__name__}",
-                disable=not self.settings.progress,
+                disable=None if self.settings.progress else True,
             ) as bar,
         ):  # fmt: skip
             for unit, group in itertools.groupby(zip(tasks, results), key=lambda x: x[0][0]):

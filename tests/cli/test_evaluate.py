@@ -501,3 +501,23 @@ def test_more_evaluation_rows_than_tokens_are_refused_before_anything_is_allocat
     (line,) = capsys.readouterr().err.splitlines()
     assert f"txl-eval: error: {rows} rows (--batch-size, else the export's data.json" in line
     assert line.endswith(": pass a smaller --batch-size")
+
+
+def test_progress_bars_show_on_a_terminal_only(capsys, corpus, model_dir, tmp_path):
+    data = ["--model", str(model_dir), "--data", str(corpus / "data"), "--split", "valid"]
+    assert main([*data, "--batch-size", "3"]) == 0
+    assert main([*data, "--batch-size", "3", "--sweep-mem-len", "0,4"]) == 0
+    src = corpus / "src"
+    argv = [
+        "--dataset",
+        "text",
+        "--source",
+        str(src),
+        "--out",
+        str(tmp_path / "d"),
+        "--workers",
+        "1",
+    ]
+    assert prepare_main([*argv, "--text-docs", "file"]) == 0
+    err = capsys.readouterr().err  # not a terminal: a log file's view
+    assert "\r" not in err and "%|" not in err, err[-500:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from html import escape
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from data_pipeline import Vocab
+from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.data_pipeline.test_received import without_blocking
 from txl_dist.cli import USAGE_ERROR
@@ -181,3 +183,9 @@ def test_a_received_runs_metrics_are_read_a_row_at_a_time_as_a_file_of_its_own(
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith(f"txl-export: error: {metrics} ")
     assert not (tmp_path / "out").exists()
+
+
+def test_help_is_not_headed_by_deepspeeds_accelerator_line():
+    proc = processes.run([Path(sys.executable).parent / "txl-export", "--help"], timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: txl-export"), proc.stderr
+    assert proc.stderr == "", proc.stderr  # DeepSpeed said "Setting accelerator to CPU" here

@@ -96,6 +96,33 @@ def test_a_directory_without_metrics_is_a_clear_error(tmp_path, capsys):
     assert "metrics.jsonl not found" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "row, named",
+    [
+        ('{"step": 41, "loss": "9.1"}', "line 41: loss '9.1' is not a number"),
+        ('{"step": 41, "lr": [0.1]}', "line 41: lr [0.1] is not a number"),
+        ('{"step": 41, "split": "valid", "ppl": "inf"}', "line 41: ppl 'inf' is not a number"),
+        ('{"step": "41", "loss": 1.0}', "line 41: step '41' is not a number"),
+        ('{"step": 41, "split": 3, "ppl": 1.0}', "line 41: split 3 is not a text"),
+        ('{"step": 41, "run_id": {"a": 1}}', "line 41: run_id {'a': 1} is not a text"),
+        ('{"loss": 1.0}', "line 41 is not a metrics record"),
+        ("[41, 1.0]", "line 41 is not a metrics record"),
+        ('{"step": 41, "loss": 1.', "line 41 is not a metrics record"),
+    ],
+)
+def test_a_malformed_metrics_row_is_one_line_naming_it(tmp_path, capsys, row, named):
+    pytest.importorskip("matplotlib")
+    write_metrics(tmp_path, steps=39)  # 39 steps, 1 valid, 1 test and 1 resumed row: 42 lines
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines(keepends=True)
+    lines.insert(40, row + "\n")
+    (tmp_path / "metrics.jsonl").write_text("".join(lines))
+    assert main([str(tmp_path)]) == USAGE_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith(f"txl-report: error: {tmp_path / 'metrics.jsonl'} {named}"), err
+    assert err.endswith(": fix or remove that line\n") and err.count("\n") == 1, err
+    assert not (tmp_path / "report.png").exists()
+
+
 def test_draws_only_the_latest_run_or_the_one_asked_for_with_its_restarts(tmp_path, capsys):
     # Run "a" trained 10 steps; run "b" started later in the same directory (--overwrite moves
     # the old run aside, but older files may mix runs), restarted once at step 4.

@@ -67,3 +67,23 @@ def test_an_error_naming_a_txl_set_key_says_it_came_from_txl_set():
     )
     # a key merely beginning like it is not the one set
     assert naming_txl_set("train.max_steps_x is wrong", env) == "train.max_steps_x is wrong"
+
+
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        ('{"key": "sk-Secret1"', "Expecting ',' delimiter at character 20"),
+        ("{key: sk-Secret1}", "Expecting property name enclosed in double quotes at character 1"),
+        ('["sk-Secret1" "x"]', "Expecting ',' delimiter at character 14"),
+    ],
+)
+def test_a_malformed_json_value_is_named_without_echoing_it(value, why):
+    with pytest.raises(ConfigError) as err:
+        load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), [f"data.storage_options={value}"])
+    assert str(err.value) == (
+        f"--set data.storage_options: the value is not valid JSON ({why}); quote it for the "
+        """shell, e.g. --set 'data.storage_options={"key": 1}'"""
+    )
+    with pytest.raises(ConfigError) as err:  # a text where an object belongs is not echoed
+        load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), ["data.storage_options=k=v"])
+    assert str(err.value).startswith("data.storage_options must be a JSON object, got a str: ")

@@ -1,8 +1,11 @@
 """One redaction rule for everything written or printed."""
 
 import json
+import os
+import sys
 import time
 import traceback
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,7 @@ from data_pipeline import (
 from data_pipeline.cli import main
 from data_pipeline.redact import REDACTED, is_secret_name, redact, redact_text
 from data_pipeline.shards.storage import Retry
+from tests import processes
 from tests.conftest import REPO_ROOT
 
 
@@ -247,3 +251,71 @@ def test_txl_prepare_names_a_source_without_its_secret(tmp_path, refused_url, ca
     error = capsys.readouterr().err
     assert error.startswith("txl-prepare: error: source http://") and error.count("\n") == 1
     assert PASSWORD not in error and REDACTED in error, error
+
+
+# Credentials as services name them: no list of names catches them all, a pattern does.
+SERVICE_PARAMETERS = (
+    "subscription-key", "Ocp-Apim-Subscription-Key", "accesstoken", "authtoken", "apitoken",
+    "secretkey", "clientsecret", "x-goog-credential", "dbpasswd", "SharedAccessSignature",
+    "upload_sig", "oauthVerifier", "sessionToken", "userPwd",
+)  # fmt: skip
+
+
+def secret_query(base: str) -> str:
+    """`base` with every service parameter holding its own secret, and a plain one."""
+    pairs = [f"{name}={TOKEN}{i}" for i, name in enumerate(SERVICE_PARAMETERS)]
+    return f"{base}?{'&'.join(pairs)}&part=7"
+
+
+def test_parameters_naming_a_credential_anywhere_are_redacted():
+    shown = redact_text(f"cannot open {secret_query('https://h/x')}: gone")
+    assert TOKEN not in shown and shown.endswith("&part=7: gone")
+    assert shown.count(REDACTED) == len(SERVICE_PARAMETERS)
+    # in a config's keys too, where a word holds a credential's stem
+    for name in ("clientsecret", "secretkey", "dbPasswd", "x_goog_credentials"):
+        assert is_secret_name(name), name
+
+
+def test_txl_prepare_verify_and_txl_export_vocab_hide_the_parameters(refused_url, capsys):
+    from txl_dist.cli.export import main as export_main
+
+    url = secret_query(f"{refused_url}/data")
+    assert main(["--verify", url]) == 2
+    checkpoint = REPO_ROOT / "tests" / "fixtures" / "checkpoint_v1" / "global_step4"
+    assert export_main([str(checkpoint), "never-written", "--vocab", url]) == 2
+    for line in capsys.readouterr().err.splitlines():
+        assert TOKEN not in line and REDACTED in line and "&part=7" in line, line
+
+
+def test_txl_eval_hides_the_parameters(refused_url, capsys, tmp_path):
+    from txl_dist.cli.evaluate import main as eval_main
+    from txl_dist.model import TransformerXL, TXLConfig
+
+    config = TXLConfig(n_token=12, n_layer=1, n_head=2, d_model=8, d_head=4, d_inner=8)
+    TransformerXL(config).save_pretrained(tmp_path)
+    (tmp_path / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(12)))
+    url = secret_query(f"{refused_url}/data")
+    assert eval_main(["--model", str(tmp_path), "--data", url, "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert TOKEN not in error and REDACTED in error and "&part=7" in error, error
+
+
+def pretrain_error(tmp_path: Path, *settings: str) -> str:
+    """The stderr of launch/pretrain.py refusing the tiny config with these settings."""
+    args = [sys.executable, "launch/pretrain.py", "--config", "configs/tiny.json"]
+    settings += (f"train.out_dir={tmp_path / 'run'}", "data.test_split=null")
+    args += [arg for setting in settings for arg in ("--set", setting)]
+    proc = processes.run(args, timeout=120, cwd=REPO_ROOT, env={**os.environ, "TXL_SET": ""})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    return proc.stderr
+
+
+def test_pretrain_hides_a_data_path_and_an_init_from_credentials(tmp_path, refused_url, wt103):
+    error = pretrain_error(tmp_path, f"data.path={secret_query(f'{refused_url}/data')}")
+    assert error.startswith("config error: ") and error.count("\n") == 1, error
+    assert TOKEN not in error and REDACTED in error and "&part=7" in error, error
+    source = f"file://alice:{PASSWORD}@{tmp_path}/nothing?token={TOKEN}"
+    error = pretrain_error(tmp_path, f"data.path={wt103}", f"train.init_from={source}")
+    assert "neither an export (no config.json) nor a checkpoint" in error
+    assert error.count("\n") == 1 and not any(s in error for s in SECRETS), error
+    assert f"train.init_from=file://{REDACTED}@{tmp_path}/nothing?token={REDACTED}: " in error

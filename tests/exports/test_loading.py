@@ -89,6 +89,28 @@ def test_the_tokenizer_the_model_was_exported_with_loads(tmp_path, capsys, comma
     assert run(COMMANDS[command], model_dir, tmp_path) == 0, capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize(
+    "data, named",
+    [
+        ([], "holds a JSON list, not an object"),
+        ("word", "holds a JSON str, not an object"),
+        ({"eos_token": 5}, "eos_token 5 is not a text"),
+        ({"level": ["word"]}, "level ['word'] is not a text"),
+        ({"evaluation": [10, "fp32"]}, "evaluation [10, 'fp32'] is not an object"),
+        ({"tokenizer": "abc"}, "tokenizer 'abc' is not an object"),
+    ],
+)
+def test_a_malformed_data_json_is_one_line_naming_the_key(tmp_path, capsys, command, data, named):
+    model_dir = export(tmp_path / "export", bpe(300, DOCS), 300)
+    Path(model_dir, DATA_FILE).write_text(json.dumps(data))
+    assert run(COMMANDS[command], model_dir, tmp_path) == USAGE_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{DATA_FILE}: {named}" in err or f"{DATA_FILE} {named}" in err, err
+    assert "export the checkpoint again" in err
+
+
 def test_loading_an_export_imports_no_training_or_evaluation_loop_and_no_compiler(tmp_path):
     """txl-generate and the Hugging Face side load exports: that must not pull in DeepSpeed's
     engine, the evaluation loop or torch's compiler stack (seconds of imports, for nothing)."""

@@ -44,6 +44,7 @@ from tests.integration.runs import (
 from txl_dist.config.loading import load_run_config
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint.parts.memory import rows_of
+from txl_dist.logs import ranks
 from txl_dist.process import preflight
 
 # ---- ZeRO stages ----
@@ -217,7 +218,7 @@ def test_world_size_change_keeps_weights_and_adam_moments(world_change, saved_by
     saved_on, loaded_on = (1, 2) if saved_by == "one" else (2, 1)
     stdout = world_change[f"{loaded_by}_stdout"]
     assert (
-        f"saved on {saved_on} ranks, now {loaded_on}; optimizer via universal checkpoint" in stdout
+        f"saved on {ranks(saved_on)}, now {loaded_on}; optimizer via universal checkpoint" in stdout
     )
     # A conversion lasts as long as its checkpoint: keep_last=2 pruned step 2 with it at step 4.
     checkpoints = out / "checkpoints"

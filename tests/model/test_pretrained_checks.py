@@ -1,5 +1,6 @@
 """Edited or mixed export directories fail fast on load; saves replace a directory whole."""
 
+import argparse
 import json
 import time
 
@@ -8,6 +9,7 @@ import torch
 
 from data_pipeline.shards.errors import DataError
 from data_pipeline.vocab import Vocab
+from txl_dist.cli import USAGE_ERROR, evaluate, generate
 from txl_dist.model import TransformerXL, TXLConfig
 
 
@@ -131,3 +133,24 @@ def test_a_directory_that_is_not_an_export_is_never_replaced(tmp_path):
     with pytest.raises(FileExistsError, match="is not an export"):
         small_model().save_pretrained(tmp_path)
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("command", ["txl-generate", "txl-eval"])
+def test_a_pickle_weights_only_refuses_is_one_line_without_torchs_advice(tmp_path, capsys, command):
+    small_model().save_pretrained(tmp_path / "export", format="torch")
+    Vocab([f"w{i}" for i in range(100)], [1] * 100).save(str(tmp_path / "export" / "vocab.txt"))
+    weights = tmp_path / "export" / "pytorch_model.bin"
+    state = torch.load(weights, weights_only=True)
+    torch.save({**state, "note": argparse.Namespace(run="elsewhere")}, weights)
+    (tmp_path / "text.txt").write_text("w1 w2 w3\n" * 4)
+    model = ["--model", str(tmp_path / "export")]
+    if command == "txl-generate":
+        assert generate.main([*model, "--prompt", "w1", "--max-tokens", "2"]) == USAGE_ERROR
+    else:
+        assert evaluate.main([*model, "--text", str(tmp_path / "text.txt"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"{command}: error: {weights}: refused, its pickle holds more than tensors (Unsupported "
+        "global: GLOBAL argparse.Namespace): export the checkpoint again\n"
+    )
+    assert "Re-running" not in err and "set to `False`" not in err

@@ -17,6 +17,7 @@ from tests.conftest import REPO_ROOT
 from tests.integration.runs import free_port
 from txl_dist.process import dist, restarts
 from txl_dist.process.dist import say_if_building_the_kernel
+from txl_dist.process.threads import threads_for
 
 LISTENING = """
 sockets = set()
@@ -122,12 +123,11 @@ def test_a_rank_bound_to_one_gpu_takes_the_one_it_sees():
 
 
 @pytest.mark.parametrize("variable", ["LOCAL_WORLD_SIZE", "LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"])
-def test_threads_are_the_cores_shared_among_the_nodes_ranks(monkeypatch, variable):
+def test_the_nodes_ranks_share_its_cores(monkeypatch, variable):
     for name in ("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"):
         monkeypatch.delenv(name, raising=False)
     cores = len(os.sched_getaffinity(0))
-    assert dist.threads_per_rank() == cores
+    assert dist.local_ranks() == 1
+    assert threads_for(cores, busy=0.0, ranks=dist.local_ranks()) == cores
     monkeypatch.setenv(variable, str(2 * cores))  # more ranks than cores: one thread each
-    assert dist.threads_per_rank() == 1
-    monkeypatch.setenv(variable, "1")
-    assert dist.threads_per_rank() == cores
+    assert threads_for(cores, busy=0.0, ranks=dist.local_ranks()) == 1

@@ -83,3 +83,19 @@ def test_how_a_rank_ended_names_signals_hangs_and_exit_codes():
     assert restarts.how_it_ended(-999) == "was killed by signal 999"  # a planted note's
     assert restarts.how_it_ended(75) == "found the run hung (exit 75)"  # its watchdog's exit
     assert restarts.how_it_ended(1) == "exited with code 1"
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [("TXL_MAX_RESTARTS", "three"), ("TXL_RESTART", "1st"), ("LOCAL_WORLD_SIZE", "-2")],
+)
+def test_a_launcher_variable_that_is_no_number_is_named_in_one_line(tmp_path, name, value):
+    args = [sys.executable, "launch/pretrain.py", "--config", "configs/tiny.json"]
+    args += ["--set", "model.n_token=267735", "--set", f"train.out_dir={tmp_path / 'run'}"]
+    env = {**os.environ, "TXL_SET": "", name: value}
+    proc = processes.run(args, timeout=120, cwd=REPO_ROOT, env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr == (
+        f"config error: environment variable {name}={value!r} is not a whole number >= 0: "
+        "set it to one or unset it\n"
+    )

@@ -22,6 +22,10 @@ import functools
 import sys
 from collections.abc import Callable
 
+from txl_dist.logs import hold_back_deepspeed
+
+hold_back_deepspeed()  # before any command imports DeepSpeed (txl-export does at import)
+
 USAGE_ERROR = 2
 """Exit status of a refused command line, config or input."""
 FAILED = 1

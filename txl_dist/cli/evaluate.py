@@ -74,6 +74,7 @@ from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
 from txl_dist.process.allocator import keep_freed_memory
 from txl_dist.process.dist import World, end_distributed, init_distributed, world_from_env
+from txl_dist.process.threads import choose_threads
 from txl_dist.scores import TOKEN_OF_LEVEL, format_score, reported_level, score
 
 
@@ -330,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if argv is None:  # the command, not a caller's main([...]): it sets the whole process's
         keep_freed_memory()  # allocator (as training: page faults cost a fifth of the time)
+        if world_from_env().world_size == 1:  # ranks choose theirs in init_distributed
+            choose_threads()  # a busy machine's cores, not torch's one thread per core
     if args.tasks:
         return harness_tasks(args)
     try:

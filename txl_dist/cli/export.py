@@ -50,6 +50,7 @@ from txl_dist.engine.checkpoint.consolidate import (
 from txl_dist.engine.checkpoint.state import CLIENT_FILE
 from txl_dist.exports.loading import DATA_FILE, DTYPES, EOS_KEY, tokenizer_record
 from txl_dist.hf import export as hf_export
+from txl_dist.logs import ranks
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
 from txl_dist.scores import format_score, reported_level
 
@@ -239,7 +240,7 @@ def readme(ckpt: Checkpoint, dtype: str, format: str, subword: bool = False) -> 
             "",
             f"- checkpoint: {card_text(os.path.basename(ckpt.path))} (run "
             f"{card_text(client.run_id)}), step {ckpt.step} of {cfg.train.max_steps}",
-            f"- training: ZeRO stage {cfg.zero_stage} on {client.world_size} ranks, "
+            f"- training: ZeRO stage {cfg.zero_stage} on {ranks(client.world_size)}, "
             f"{precision}, {cfg.train.global_rows} global rows x tgt_len {cfg.model.tgt_len}, "
             f"mem_len {cfg.model.mem_len}, optimizer {card_text(cfg.optim.name)} "
             f"(lr {cfg.optim.lr})",

@@ -38,6 +38,7 @@ from txl_dist.exports.generation import Sampling, generate, shown
 from txl_dist.exports.loading import DTYPES, refuse_hf_export
 from txl_dist.exports.text import ExportText
 from txl_dist.model import TransformerXL
+from txl_dist.process.threads import choose_threads
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -64,6 +65,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 @interruptible("txl-generate")
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if argv is None:  # the command, not a caller's main([...]): it sets the process's threads
+        choose_threads()  # a busy machine's cores, not torch's one thread per core
     try:
         sampling = Sampling(args.temperature, args.top_k, args.top_p)
         refuse_hf_export(args.model)

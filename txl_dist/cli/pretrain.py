@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     except tuple(STARTUP_ERRORS) as err:  # one clear line from rank 0; others quiet
         if world.is_main:
             kind = next(name for cls, name in STARTUP_ERRORS.items() if isinstance(err, cls))
-            print(f"{kind}: {naming_txl_set(str(err), env_set)}", file=sys.stderr, flush=True)
+            line = redact_text(f"{kind}: {naming_txl_set(str(err), env_set)}")
+            print(line, file=sys.stderr, flush=True)
         sys.exit(USAGE_ERROR)
     except Exception as err:  # noqa: BLE001 - every failure ends in one line per rank
         _fail(err, world, config.train.out_dir if config else None)
@@ -152,6 +153,7 @@ STARTUP_ERRORS = {
     run_dir.RunDirError: "run directory error",
     checkpoint.UnsafeCheckpointError: "checkpoint error",  # refused before anything unpickled
     checkpoint.DamagedCheckpointError: "checkpoint error",
+    checkpoint.CheckpointStateError: "checkpoint error",  # a txl.json of the wrong shape
 }
 
 

@@ -84,7 +84,7 @@ def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
     """Training rows (loss, lr, tokens_per_s) and evaluation rows (split, ppl or bpc) of one run:
     run_id, or the run of the file's last row."""
     with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+        rows = [_row(line, path, n) for n, line in enumerate(f, 1) if line.strip()]
     runs = [row.get("run_id") for row in rows]
     if run_id is not None and run_id not in runs:
         known = ", ".join(dict.fromkeys(r for r in runs if r)) or "none"
@@ -112,6 +112,33 @@ def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
             metrics.lr.add(step, row.get("lr"))
             metrics.tokens_per_s.add(step, row.get("tokens_per_s"))
     return metrics
+
+
+# What a row's drawn keys must hold where present: numbers (null: not logged), a text.
+NUMBERS = ("step", "restart", "loss", "lr", "tokens_per_s", "ppl", "bpc")
+TEXTS = ("run_id", "split", "corpus")
+
+
+def _row(line: str, path: str, number: int) -> dict:
+    """One line of metrics.jsonl, refused in one line naming the line and key unless it is an
+    object with a step whose drawn values are numbers (a received run's file may be anything)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        row = None
+    where, fix = f"{path} line {number}", ": fix or remove that line"
+    if not isinstance(row, dict) or "step" not in row:
+        raise ValueError(f"{where} is not a metrics record (a JSON object with a step){fix}")
+    for key in NUMBERS:
+        value = row.get(key, 0)
+        if not (value is None and key != "step") and (
+            isinstance(value, bool) or not isinstance(value, (int, float))
+        ):
+            raise ValueError(f"{where}: {key} {value!r:.40} is not a number{fix}")
+    for key in TEXTS:
+        if not isinstance(row.get(key, ""), (str, type(None))):
+            raise ValueError(f"{where}: {key} {row[key]!r:.40} is not a text{fix}")
+    return row
 
 
 def plot(metrics: RunMetrics, out: str, title: str) -> dict[str, dict]:

@@ -29,7 +29,12 @@ def apply_overrides(
             raise ConfigError(_malformed(override, origin, f"entry {number} of {len(overrides)}"))
         try:
             value = json.loads(raw)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as err:
+            if raw.lstrip().startswith(("{", "[")):  # meant as JSON: a plain text it is not
+                raise ConfigError(  # the value is not echoed: it may hold a secret
+                    f"{origin} {path}: the value is not valid JSON ({err.msg} at character "
+                    f"{err.pos}); quote it for the shell, e.g. --set '{path}={{\"key\": 1}}'"
+                ) from None
             value = raw
         *parents, leaf = path.split(".")
         node = values
@@ -114,8 +119,14 @@ def resolve_vocab_size(values: dict[str, Any]) -> dict[str, Any]:
     from data_pipeline import DataError, load_manifest, manifest_url
 
     url = manifest_url(_first_root(data), data.get("train_split", "train"))
+    options = data.get("storage_options") or {}
+    if not isinstance(options, dict):  # not echoed: it may hold a secret
+        raise ConfigError(
+            f"data.storage_options must be a JSON object, got a {type(options).__name__}: "
+            """give one, e.g. --set 'data.storage_options={"anon": true}'"""
+        )
     try:
-        vocab_size = load_manifest(url, data.get("storage_options") or {}, _retry(data)).vocab_size
+        vocab_size = load_manifest(url, options, _retry(data)).vocab_size
     except DataError as err:
         raise ConfigError(
             f"model.n_token=auto takes the vocabulary size from the data, but "

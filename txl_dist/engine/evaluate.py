@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,15 +52,13 @@ def evaluate(
     nll_sum = torch.zeros((), dtype=torch.float64, device=device)
     count = torch.zeros((), dtype=torch.int64, device=device)
     mems = None
-    # A live bar on a terminal; in batch logs, a line every 30 s at most.
-    interactive = sys.stderr.isatty()
+    # A live bar on a terminal only (disable=None): in a log file its carriage returns pile up.
     batches = tqdm(
         streams,
         total=streams.steps_per_epoch,
         desc="eval",
-        disable=not progress,
-        mininterval=0.5 if interactive else 30,
-        leave=interactive,
+        disable=None if progress else True,
+        mininterval=0.5,
     )
     for input_ids, targets in batches:
         input_ids, targets = input_ids.to(device), targets.to(device)

@@ -83,7 +83,7 @@ class InitSource:
     def describe(self) -> str:
         """What the run was initialized from, for the log, the record and export READMEs."""
         if self.checkpoint is None:
-            return f"export {self.path}"
+            return f"export {redact_text(self.path)}"
         run = self.checkpoint.point.client.run_id
         return f"checkpoint {self.shown} (run {run}, step {self.checkpoint.step})"
 
@@ -117,10 +117,11 @@ def open_source(path: str) -> InitSource:
     try:
         tag_dir = tag_directory(directory)
         ckpt = open_checkpoint(bound(tag_dir))
-    except ExportError as err:
+    except ExportError as err:  # it names the local part: a file URL's user-info and query kept
+        shown = redact_text(path)
         raise ConfigError(
-            f"train.init_from={path}: neither an export (no {CONFIG_FILE}) nor a checkpoint: "
-            f"{str(err).replace(directory, local)}"
+            f"train.init_from={shown}: neither an export (no {CONFIG_FILE}) nor a checkpoint: "
+            f"{str(err).replace(directory, local).replace(local, shown)}"
         ) from err
     shown = os.path.normpath(tag_dir.replace(directory, local, 1))
     model, sha = ckpt.config.model, ckpt.point.client.vocab_sha256

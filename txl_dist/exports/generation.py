@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from data_pipeline import DATASETS, EOS, SENTENCE, Subword, Vocab
-from txl_dist.exports.loading import export_data, export_level
+from txl_dist.exports.loading import export_level, export_record
 from txl_dist.model import TransformerXL
 
 INCOMPLETE = "\ufffd"
@@ -155,7 +155,7 @@ def char_dataset(model_dir: str) -> str | None:
     cannot tokenize is an error."""
     if export_level(model_dir) != "char":
         return None
-    dataset = export_data(model_dir).get("dataset")
+    dataset = export_record(model_dir).get("dataset")
     char_level = [d.name for d in DATASETS.values() if d.char_tokenizer]
     if dataset not in char_level:
         raise ValueError(

@@ -58,12 +58,36 @@ def export_data(model_dir: str) -> dict:
     return read_json(path, "record of the export's data (data.json)")
 
 
+# data.json's keys txl-export writes, by the JSON type each must have where present.
+RECORD_TYPES = {"dataset": str, "level": str, EOS_KEY: str, "evaluation": dict, "tokenizer": dict}
+
+
+def export_record(model_dir: str) -> dict:
+    """The export's data.json (export_data), refused in one line naming the key unless it is
+    a JSON object whose keys have the types txl-export writes."""
+    values = export_data(model_dir)
+    path = os.path.join(model_dir, DATA_FILE)
+    if not isinstance(values, dict):
+        raise ValueError(
+            f"{path} holds a JSON {type(values).__name__}, not an object: not txl-export's "
+            "record of the data; export the checkpoint again"
+        )
+    for key, kind in RECORD_TYPES.items():
+        if key in values and not isinstance(values[key], kind):
+            what = "a text" if kind is str else "an object"
+            raise ValueError(
+                f"{path}: {key} {values[key]!r:.80} is not {what}, as txl-export writes it; "
+                "export the checkpoint again"
+            )
+    return values
+
+
 def export_level(model_dir: str) -> str:
     """The level of the export's training data: subword where the export carries a
     tokenizer.json, else data.json's (char or word; word for an export without one)."""
     if os.path.exists(os.path.join(model_dir, TOKENIZER_FILE)):
         return "subword"
-    level = export_data(model_dir).get("level", "word")
+    level = export_record(model_dir).get("level", "word")
     if level not in SCORE_OF_LEVEL:
         path = os.path.join(model_dir, DATA_FILE)
         raise ValueError(f"{path}: level {level!r} is not one of {', '.join(SCORE_OF_LEVEL)}")
@@ -75,7 +99,7 @@ def export_evaluation(model_dir: str, device: torch.device) -> tuple[int, str]:
     EVAL_ROWS and fp32 for an export that does not say (older, or save_pretrained's), fp32 for
     an fp16 run on a CPU (fp16 is a GPU's precision)."""
     refuse_hf_export(model_dir)  # txl-eval's first look at an export
-    evaluation = export_data(model_dir).get("evaluation", {})
+    evaluation = export_record(model_dir).get("evaluation", {})
     rows, dtype = evaluation.get("rows", EVAL_ROWS), evaluation.get("dtype", "fp32")
     if not (isinstance(rows, int) and rows > 0 and dtype in DTYPES):
         path = os.path.join(model_dir, DATA_FILE)
@@ -110,7 +134,7 @@ def export_tokenizer(model_dir: str) -> Subword | None:
     if not os.path.exists(path):
         return None
     subword = Subword.load(path)
-    recorded = export_data(model_dir).get("tokenizer")
+    recorded = export_record(model_dir).get("tokenizer")
     if recorded is not None and recorded != tokenizer_record(subword):
         found = tokenizer_record(subword)
         raise DataError(
@@ -124,7 +148,7 @@ def export_tokenizer(model_dir: str) -> Subword | None:
             f"{path} has {len(subword)} tokens but {CONFIG_FILE} has n_token {n_token}: the "
             "tokenizer is not the model's; restore it or export the checkpoint again"
         )
-    eos = export_data(model_dir).get(EOS_KEY)
+    eos = export_record(model_dir).get(EOS_KEY)
     return subword.ending_with(eos, os.path.join(model_dir, DATA_FILE))
 
 

@@ -9,7 +9,6 @@ replayed for every length and model. Each length is an ordinary evaluation (the 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -112,8 +111,8 @@ def run_sweep(
     batches = ReplayBatches(batches)
     group = len(models) > 1  # RECL compares a group: it needs every token's loss
     steps = batches.steps_per_epoch * len(models) * len(lengths)
-    interval = 0.5 if sys.stderr.isatty() else 30  # in batch logs, a line every 30 s at most
-    bar = tqdm(total=steps, desc="sweep", disable=not progress, mininterval=interval)
+    # A live bar on a terminal only (disable=None): in a log file its carriage returns pile up.
+    bar = tqdm(total=steps, desc="sweep", disable=None if progress else True, mininterval=0.5)
     rows: list[SweepRow] = []
     token_losses: list[np.ndarray | None] = []
     with bar:

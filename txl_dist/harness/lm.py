@@ -103,7 +103,7 @@ class TXLM(LM):
 
     def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False):
         results = []
-        for request in tqdm(requests, desc="rolling", disable=disable_tqdm):
+        for request in tqdm(requests, desc="rolling", disable=True if disable_tqdm else None):
             (text,) = request.args
             ids = np.asarray(self.text.start + self.encode(text), np.int64)
             if len(ids) < 2:  # an empty document: nothing to score
@@ -118,7 +118,7 @@ class TXLM(LM):
     def loglikelihood(self, requests: list[Instance], disable_tqdm: bool = False):
         pairs = [self.encode_pair(*request.args) for request in requests]
         results: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)
-        bar = tqdm(total=len(pairs), desc="loglikelihood", disable=disable_tqdm)
+        bar = tqdm(total=len(pairs), desc="loglikelihood", disable=True if disable_tqdm else None)
         for batch in self.same_context_length(pairs):
             scores = self.score_continuations([pairs[i] for i in batch])
             for i, score in zip(batch, scores):
@@ -134,7 +134,9 @@ class TXLM(LM):
         with self.model.lengths(same_length=False):
             return [
                 self.generate_one(*request.args)
-                for request in tqdm(requests, desc="generate", disable=disable_tqdm)
+                for request in tqdm(
+                    requests, desc="generate", disable=True if disable_tqdm else None
+                )
             ]
 
     # ---- how they are computed ----

@@ -12,6 +12,8 @@ import dataclasses
 import functools
 import json
 import os
+import pickle
+import re
 import secrets
 import shutil
 import stat
@@ -515,9 +517,20 @@ def _load_weights(path: str, expected: dict[str, tuple], map_location) -> dict[s
             found = {k: tuple(f.get_slice(k).get_shape()) for k in names}
             _check_names_and_shapes(path, found, expected)
             return {k: f.get_tensor(k).to(map_location) for k in names}
-    weights = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        weights = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:  # from None: torch's advice stays out of tracebacks
+        raise ValueError(refused_pickle(path, err) + ": export the checkpoint again") from None
     _check_names_and_shapes(path, {k: tuple(v.shape) for k, v in weights.items()}, expected)
     return weights
+
+
+def refused_pickle(path: str, err: pickle.UnpicklingError) -> str:
+    """What torch's weights_only unpickler refused in `path`, without its advice to load the
+    file with weights_only=False (which would run whatever the pickle calls)."""
+    reason = re.search(r"WeightsUnpickler error: (.*?)(?: was not an allowed|\.\s|$)", str(err))
+    what = reason.group(1)[:120] if reason else "not a torch.save file of tensors"
+    return f"{path}: refused, its pickle holds more than tensors ({what})"
 
 
 def _check_names_and_shapes(path: str, found: dict, expected: dict) -> None:

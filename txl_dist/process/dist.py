@@ -20,13 +20,14 @@ from datetime import timedelta
 
 import torch
 
-from txl_dist.process.restarts import launcher_pid, restart_count
+from txl_dist.process.restarts import env_int, launcher_pid, restart_count
 from txl_dist.process.shm_collectives import (
     buffer_path,
     is_ours,
     kernel_needs_building,
     route_through_shared_memory,
 )
+from txl_dist.process.threads import choose_threads
 
 log = logging.getLogger(__name__)
 
@@ -47,33 +48,24 @@ class World:
         return self.rank == 0
 
 
-def _env_int(*names: str, default: int) -> int:
-    for name in names:
-        if os.environ.get(name):
-            return int(os.environ[name])
-    return default
-
-
 def device_index(local_rank: int, visible_devices: int) -> int:
     """This rank's device among those it sees: all of the node's, or where the site binds one
     GPU per task (srun --gpu-bind), only its own, while its local rank still counts the node's."""
     return local_rank % visible_devices
 
 
-def threads_per_rank() -> int:
-    """The cores this process may use, shared among the node's ranks: more threads than cores
-    makes OpenMP workers spin against each other and CPU steps many times slower."""
-    local_ranks = _env_int("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", default=1)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // local_ranks)
+def local_ranks() -> int:
+    """How many ranks the launcher starts on this machine."""
+    return env_int("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", default=1)
 
 
 def world_from_env() -> World:
     """Read the launcher's variables without starting anything (so config errors come first)."""
+    local_ranks()  # read now too: a variable that is no number ends the start in one line
     return World(
-        rank=_env_int("RANK", "SLURM_PROCID", default=0),
-        world_size=_env_int("WORLD_SIZE", "SLURM_NTASKS", default=1),
-        local_rank=_env_int("LOCAL_RANK", "SLURM_LOCALID", default=0),
+        rank=env_int("RANK", "SLURM_PROCID", default=0),
+        world_size=env_int("WORLD_SIZE", "SLURM_NTASKS", default=1),
+        local_rank=env_int("LOCAL_RANK", "SLURM_LOCALID", default=0),
     )
 
 
@@ -145,8 +137,6 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
         if not {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"} & os.environ.keys():
             os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         accelerator.set_device(device_index(world.local_rank, accelerator.device_count()))
-    if "OMP_NUM_THREADS" not in os.environ:  # srun sets none, torchrun 1, deepspeed none
-        torch.set_num_threads(threads_per_rank())
     if accelerator.device_name() == "cpu" and world.is_main:
         say_if_building_the_kernel()
     deepspeed.init_distributed(
@@ -157,6 +147,9 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
     if accelerator.device_name() == "cpu" and world.world_size > 1:
         route_through_shared_memory(world.world_size)
         _unlink_shm_buffer(world.rank)
+    # After the rendezvous: the machine's other ranks no longer import, so what is busy is
+    # someone else's (srun sets no OMP_NUM_THREADS, torchrun 1, deepspeed none).
+    choose_threads(local_ranks(), say=world.is_main)
     return torch.device(accelerator.device_name(world.local_rank))
 
 

@@ -35,6 +35,25 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # the ranks' stop s
 _PR_SET_PDEATHSIG = 1
 
 
+def env_int(*names: str, default: int) -> int:
+    """The first of these environment variables that is set, as a whole number >= 0; else
+    `default`. A launcher's or a user's typo ends the process in one line naming it (exit 2:
+    the guard and the ranks read these before anything could report it otherwise)."""
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            if value.strip().isdigit():
+                return int(value)
+            print(
+                f"config error: environment variable {name}={value[:40]!r} is not a whole "
+                f"number >= 0: set it to one or unset it",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(2)  # txl_dist.cli.USAGE_ERROR, not imported before torch
+    return default
+
+
 def launcher_pid() -> int:
     """The pid of the launcher that started this rank: its parent, or its guard's parent."""
     return int(os.environ.get(LAUNCHER_ENV) or os.getppid())
@@ -42,15 +61,12 @@ def launcher_pid() -> int:
 
 def restart_count() -> int:
     """Restarts before this start: pretrain.sbatch's own (TXL_RESTART) or torchrun's."""
-    return int(os.environ.get("TXL_RESTART") or os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+    return env_int("TXL_RESTART", "TORCHELASTIC_RESTART_COUNT", default=0)
 
 
 def max_restarts() -> int:
     """Restarts the launcher allows: pretrain.sbatch's TXL_MAX_RESTARTS, or torchrun's."""
-    for name in ("TXL_MAX_RESTARTS", "TORCHELASTIC_MAX_RESTARTS"):
-        if os.environ.get(name):
-            return int(os.environ[name])
-    return 0
+    return env_int("TXL_MAX_RESTARTS", "TORCHELASTIC_MAX_RESTARTS", default=0)
 
 
 def guard_if_restarting() -> None:
@@ -88,7 +104,7 @@ def guard_if_restarting() -> None:
 
 def _shares_its_store() -> bool:
     """Does torchrun restart ranks and keep one store for all their starts (pytorch#135712)?"""
-    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS") or 0)
+    restarts = env_int("TORCHELASTIC_MAX_RESTARTS", default=0)
     return restarts > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
 
 

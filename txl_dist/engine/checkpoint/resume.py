@@ -38,6 +38,7 @@ from txl_dist.engine.checkpoint.store.integrity import (
 )
 from txl_dist.engine.checkpoint.store.trusted import check_pickles, load_trusted
 from txl_dist.files import new_directory
+from txl_dist.logs import ranks
 from txl_dist.process.dist import World
 from txl_dist.schema import ConfigError
 
@@ -232,7 +233,7 @@ def restore(
             note += "; dropout RNG re-seeded for the new world size"
         log.info(
             f"resumed {point.tag} at step {client.step} (saved on "
-            f"{client.world_size} ranks, now {world.world_size}; {note})"
+            f"{ranks(client.world_size)}, now {world.world_size}; {note})"
         )
 
 

@@ -55,6 +55,27 @@ class CheckpointStateError(ValueError):
     """txl.json cannot be read as a checkpoint state; the message names the file."""
 
 
+def _check_shape(values: Any, source: str) -> None:
+    """What the record's readers index into: an object, an integer version, and a files
+    record of {"bytes": size, "crc32": hex} entries; CheckpointStateError naming the key."""
+    again = "not a record txl-dist wrote; restore the checkpoint or resume from another"
+    if not isinstance(values, dict):
+        raise CheckpointStateError(f"{source} holds a JSON {type(values).__name__}: {again}")
+    version = values.get("version", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise CheckpointStateError(f"{source}: version {version!r:.40} is no version: {again}")
+    files = values.get("files", {})
+    entries = files.items() if isinstance(files, dict) else [("files", files)]
+    for name, entry in entries:
+        size = entry.get("bytes") if isinstance(entry, dict) else None
+        crc = entry.get("crc32") if isinstance(entry, dict) else None
+        if not (isinstance(size, int) and size >= 0 and isinstance(crc, str)):
+            raise CheckpointStateError(
+                f"{source}: files entry {str(name)!r:.80} is not {{bytes: size, crc32: hex}}: "
+                f"{again}"
+            )
+
+
 @dataclass
 class CheckpointState:
     """What txl.json holds next to DeepSpeed's files: where the run is and what it trained on."""
@@ -103,6 +124,7 @@ class CheckpointState:
     def from_json(cls, text: str, source: str) -> CheckpointState:
         """Parse txl.json (any version up to ours; `source` names it in errors)."""
         values = json.loads(text)
+        _check_shape(values, source)
         version = values.setdefault("version", 0)
         if version > STATE_VERSION:
             raise CheckpointStateError(
