@@ -108,7 +108,8 @@ def open_source(path: str) -> InitSource:
     try:
         directory = bound(local)
     except OSError as err:
-        raise ConfigError(f"train.init_from={path}: not a directory ({err.strerror})") from None
+        shown = redact_text(path)
+        raise ConfigError(f"train.init_from={shown}: not a directory ({err.strerror})") from None
     # A run directory holds a config.json too (the run config): the checkpoint layout first.
     training = (os.path.join(CHECKPOINT_DIR, LATEST), LATEST, CLIENT_FILE)
     is_training = any(os.path.exists(os.path.join(directory, name)) for name in training)
