@@ -123,6 +123,23 @@ def test_a_malformed_metrics_row_is_one_line_naming_it(tmp_path, capsys, row, na
     assert not (tmp_path / "report.png").exists()
 
 
+@pytest.mark.parametrize("planted", ["a link to /dev/zero", "a line past the cap"])
+def test_a_received_metrics_log_is_read_capped_and_never_through_a_link(
+    tmp_path, capsys, monkeypatch, planted
+):
+    path = tmp_path / "metrics.jsonl"
+    if planted == "a link to /dev/zero":
+        path.symlink_to("/dev/zero")
+        named = "is a link"
+    else:
+        monkeypatch.setenv("TXL_MAX_METADATA_BYTES", "1000")
+        path.write_text(json.dumps(dict(step=1, loss=1.0, note="x" * 2000)) + "\n")
+        named = "holds a line of more than TXL_MAX_METADATA_BYTES=1000 bytes"
+    assert main([str(tmp_path)]) == USAGE_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith(f"txl-report: error: {path} {named}") and err.count("\n") == 1, err
+
+
 def test_draws_only_the_latest_run_or_the_one_asked_for_with_its_restarts(tmp_path, capsys):
     # Run "a" trained 10 steps; run "b" started later in the same directory (--overwrite moves
     # the old run aside, but older files may mix runs), restarted once at step 4.

@@ -27,6 +27,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from data_pipeline.limits import METADATA_BYTES
+from data_pipeline.received import received_lines
 from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.exports.context import (
     RECL_THRESHOLD,
@@ -83,8 +85,8 @@ class RunMetrics:
 def read_metrics(path: str, run_id: str | None = None) -> RunMetrics:
     """Training rows (loss, lr, tokens_per_s) and evaluation rows (split, ppl or bpc) of one run:
     run_id, or the run of the file's last row."""
-    with open(path) as f:
-        rows = [_row(line, path, n) for n, line in enumerate(f, 1) if line.strip()]
+    lines = received_lines(path, METADATA_BYTES, "metrics log")  # a received run's too
+    rows = [_row(line, path, n) for n, line in enumerate(lines, 1) if line.strip()]
     runs = [row.get("run_id") for row in rows]
     if run_id is not None and run_id not in runs:
         known = ", ".join(dict.fromkeys(r for r in runs if r)) or "none"
@@ -119,7 +121,7 @@ NUMBERS = ("step", "restart", "loss", "lr", "tokens_per_s", "ppl", "bpc")
 TEXTS = ("run_id", "split", "corpus")
 
 
-def _row(line: str, path: str, number: int) -> dict:
+def _row(line: bytes, path: str, number: int) -> dict:
     """One line of metrics.jsonl, refused in one line naming the line and key unless it is an
     object with a step whose drawn values are numbers (a received run's file may be anything)."""
     try:
