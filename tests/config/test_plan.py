@@ -112,10 +112,10 @@ def test_precision_agrees_in_training_inspect_and_export(tmp_path, settings, pre
 
     tag = tmp_path / "checkpoints" / "global_step3"
     tag.mkdir(parents=True)
-    state = CheckpointState(3, 2, 8, 4, values, 12000, "ab" * 32)
+    state = CheckpointState(3, 1, 8, 4, values, 12000, "ab" * 32)  # one rank: txl.json its file
     (tag / "txl.json").write_text(state.to_json())
     text = readme(open_checkpoint(str(tag)), "fp32", "torch")
-    assert f"ZeRO stage 2 on 2 ranks, {precision}, 8 global rows" in text
+    assert f"ZeRO stage 2 on 1 rank, {precision}, 8 global rows" in text
     assert f"Settings: {precision}, 8 rows" in text and f"--dtype {precision}" in text
 
 

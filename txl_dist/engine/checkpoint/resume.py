@@ -134,7 +134,7 @@ def world_size_damage(tag_dir: str, world_size: object) -> str | None:
     number = isinstance(world_size, int) and not isinstance(world_size, bool)
     if number and 1 <= world_size <= most and world_size == (memory or world_size):
         return None
-    return f"{CLIENT_FILE} records world_size {world_size!r}, its files are those of {most} ranks"
+    return f"{CLIENT_FILE} records world_size {world_size!r}, its files are those of {ranks(most)}"
 
 
 def needs_universal(point: ResumePoint | None, world_size: int, zero_stage: int) -> bool:
