@@ -91,7 +91,9 @@ def test_a_fresh_run_writes_nothing_through_links_planted_in_its_directory(from_
 def test_its_export_says_where_it_came_from(from_export, seed_export, tmp_path):
     export(str(from_export), str(tmp_path / "export"))
     readme = (tmp_path / "export" / "README.md").read_text()
-    assert f"- initialized from: export {seed_export} (train.init_from)" in readme
+    # by its last part: where the files lay on the training machine is not the README's business
+    assert "- initialized from: export \u2026/export (train.init_from)" in readme
+    assert str(seed_export) not in readme and seed_export.name == "export"
 
 
 def test_a_zero3_run_from_a_checkpoint_starts_at_that_checkpoints_loss(
