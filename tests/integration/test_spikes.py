@@ -18,6 +18,7 @@ from tests import processes
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import STEPS, command, eval_ppl, records, train
 from txl_dist.cli import FAILED
+from txl_dist.engine.checkpoint.store.trusted import load_trusted
 from txl_dist.engine.health.inject import BITFLIP_ENV, SPIKE_ENV
 
 # zero_runs[2] with checkpoints every 5 steps and a detector whose window fills in the test's
@@ -135,8 +136,6 @@ def test_a_bit_flipped_in_one_ranks_gradient_is_named_and_the_model_is_the_clean
     # The re-run's update stands: every step's loss and the weights are the clean run's.
     assert last_losses(records(out)) == last_losses(records(zero_runs[2]))
     tag = f"checkpoints/global_step{STEPS}/mp_rank_00_model_states.pt"
-    clean, flipped = (
-        torch.load(run / tag, weights_only=False)["module"] for run in (zero_runs[2], out)
-    )
+    clean, flipped = (load_trusted(str(run / tag))["module"] for run in (zero_runs[2], out))
     assert clean.keys() == flipped.keys()
     assert all(torch.equal(clean[name], flipped[name]) for name in clean)
