@@ -40,9 +40,8 @@ class SpikeInjection:
         if not value:
             return None
         bounds = value.split("-")
-        if len(bounds) != 2 or not all(b.strip().isdigit() for b in bounds):
-            raise ValueError(f"{SPIKE_ENV}={value!r}: expected A-B, data positions 1 <= A <= B")
-        first, last = (int(b) for b in bounds)
+        numbers = len(bounds) == 2 and all(b.strip().isdigit() for b in bounds)
+        first, last = (int(b) for b in bounds) if numbers else (0, 0)
         if not 1 <= first <= last:
             raise ValueError(f"{SPIKE_ENV}={value!r}: expected A-B, data positions 1 <= A <= B")
         return cls(first, last)
