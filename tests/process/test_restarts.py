@@ -99,3 +99,36 @@ def test_a_launcher_variable_that_is_no_number_is_named_in_one_line(tmp_path, na
         f"config error: environment variable {name}={value!r} is not a whole number >= 0: "
         "set it to one or unset it\n"
     )
+
+
+def test_exit_notes_planted_in_a_received_run_directory_are_named_and_left_out(
+    tmp_path, monkeypatch, capsys
+):
+    errors = tmp_path / "errors"
+    errors.mkdir()
+    good = dict(rank="1", node="0", host="h", returncode=-9, next_restart=1, time=1.0)
+    (errors / "exit-rank1.json").write_text(json.dumps(good))
+    (errors / "exit-rank2.json").symlink_to("/dev/zero")  # read whole, it would never end
+    os.mkfifo(errors / "exit-rank3.json")  # opened for reading, it would block the start
+    (errors / "exit-rank4.json").write_text("[1, 2]")
+    (errors / "exit-rank5.json").write_text(json.dumps({**good, "time": "late"}))
+    (errors / "exit-rank6.json").write_text('{"rank": ')
+    monkeypatch.setenv("TXL_MAX_RESTARTS", "3")
+
+    notes = restarts.take_exit_notes(str(tmp_path))
+
+    assert notes == [good]
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 5 and all(
+        line.startswith("txl-dist: exit note left out: ") for line in lines
+    )
+    for rank, why in [
+        (2, "link"),
+        (3, "regular file"),
+        (4, "not an object"),
+        (5, "'time'"),
+        (6, "JSON"),
+    ]:
+        (line,) = [line for line in lines if f"exit-rank{rank}.json" in line]
+        assert why in line, line
+    assert not list(errors.iterdir())  # each told (or named) once

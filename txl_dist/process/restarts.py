@@ -169,14 +169,42 @@ def how_it_ended(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
+NOTE_FIELDS = {"rank": (str, int), "node": (str, int), "host": str, "returncode": int,
+               "next_restart": int, "time": (int, float)}  # fmt: skip
+"""An exit note's fields and their types (`exit_note` writes them)."""
+
+
 def take_exit_notes(out_dir: str) -> list[dict]:
-    """The exit notes of the previous start, first failure first; removed once read."""
+    """The exit notes of the previous start, first failure first; removed once read. A note
+    that is no regular file, over the metadata cap or malformed (a run directory received from
+    elsewhere) is named in one line and left out: it only tells, it decides nothing."""
     records = []
     for path in glob.glob(os.path.join(out_dir, "errors", "exit-rank*.json")):
-        with open(path) as f:
-            records.append(json.load(f))
+        try:
+            records.append(read_exit_note(path))
+        except ValueError as err:
+            print(f"txl-dist: exit note left out: {err}", file=sys.stderr, flush=True)
         os.remove(path)
     return sorted(records, key=lambda r: r["time"])
+
+
+def read_exit_note(path: str) -> dict:
+    """One exit note, read as a received file (capped, no link followed), its fields checked."""
+    # Imported here: the guard starts before torch and imports nothing heavy (module docstring).
+    from data_pipeline.limits import METADATA_BYTES
+    from data_pipeline.received import read_received_text
+
+    text = read_received_text(path, METADATA_BYTES, "run's exit note")
+    try:
+        note = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not JSON ({err})") from None
+    if not isinstance(note, dict):
+        raise ValueError(f"{path} holds a JSON {type(note).__name__}, not an object")
+    for field, kind in NOTE_FIELDS.items():
+        if not isinstance(note.get(field), kind) or isinstance(note.get(field), bool):
+            raise ValueError(f"{path}: its {field!r} is {note.get(field)!r}")
+    return note
 
 
 def restart_line(notes: list[dict], resume: str) -> str | None:
