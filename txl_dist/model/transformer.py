@@ -30,7 +30,7 @@ from txl_dist.model.attention import (
 from txl_dist.model.config import TXLConfig
 from txl_dist.model.dropout import Dropout
 from txl_dist.model.pretrained import load_export, save_export
-from txl_dist.model.widths import inner_width, layer_norm, pad_to, stream_width
+from txl_dist.model.widths import layer_norm, pad_to, padded_width
 
 Gather = Callable[[list[nn.Parameter]], contextlib.AbstractContextManager]
 """Makes the given (partitioned) parameters whole inside its context, e.g. ZeRO-3's gather."""
@@ -53,6 +53,7 @@ class FeedForward(nn.Module):
     def __init__(self, config: TXLConfig):
         super().__init__()
         self.pre_lnorm = config.pre_lnorm
+        self.width_multiple = config.width_multiple
         self.CoreNet = nn.Sequential(  # noqa: N815 (reference state-dict name)
             nn.Linear(config.d_model, config.d_inner),
             nn.ReLU(inplace=True),
@@ -69,12 +70,12 @@ class FeedForward(nn.Module):
         return layer_norm(self.layer_norm, h + self._core(h))
 
     def _core(self, h: Tensor) -> Tensor:
-        """CoreNet, with d_inner padded as widths.WIDTH_MULTIPLE asks and the model dimension
+        """CoreNet, with d_inner padded as model.width_multiple asks and the model dimension
         to the stream's width. Exact: a zero row and bias give a zero hidden unit, ReLU and
         dropout keep it zero, and the zero column of the second weight drops it; zero input
         columns meet the stream's zero columns, zero output rows and bias keep them zero."""
         first, _, inner_drop, second, out_drop = self.CoreNet
-        inner = inner_width(first.weight.size(0), h.device)
+        inner = padded_width(first.weight.size(0), self.width_multiple, h.device)
         width = h.size(-1)
         w1, b1 = pad_to(pad_to(first.weight, width), inner, 0), pad_to(first.bias, inner)
         w2, b2 = pad_to(pad_to(second.weight, inner), width, 0), pad_to(second.bias, width)
@@ -232,7 +233,7 @@ class TransformerXL(nn.Module):
         if key_padding is not None:
             mask = mask + padding_bias(key_padding, mask.dtype)  # [B, 1, Q, K]
         # The residual stream may be wider than d_model, its extra columns zero (widths.py).
-        width = stream_width(cfg.d_model, device)
+        width = padded_width(cfg.d_model, cfg.width_multiple, device)
         pos_enc = pad_to(self.drop(pos_enc), width)  # [K, W]
 
         h = pad_to(self.drop(self.word_emb(input_ids)), width)  # [B, Q, W]
