@@ -7,16 +7,15 @@ other lever stays as shipped, so each ratio is that lever's own gain on today's 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 
 from txl_dist.engine.build import compile_layers
 from txl_dist.engine.graphs import graph_layers
-from txl_dist.model import TransformerXL, attention, widths
+from txl_dist.model import TransformerXL
 
 Step = Callable[[], torch.Tensor]
 StepFactory = Callable[[TransformerXL, torch.Tensor, bool], Step]
@@ -36,18 +35,16 @@ class Lever:
     """Builds a training step with the lever off or on."""
 
 
-def _constant_lever(module, name: str, on_value, off_value) -> StepFactory:
-    """A lever that is a constant of one of the model's modules, read at every forward."""
+def _config_lever(key: str, on_value, off_value) -> StepFactory:
+    """A lever that is a key of the model config: the model built again with the key's value,
+    the same weights, dtype and device."""
 
     def factory(model: TransformerXL, tokens: torch.Tensor, on: bool) -> Step:
-        inner = plain_step(model, tokens)
-        value = on_value if on else off_value
-
-        def step():
-            with _constant(module, name, value):
-                return inner()
-
-        return step
+        config = dataclasses.replace(model.config, **{key: on_value if on else off_value})
+        param = next(model.parameters())
+        rebuilt = TransformerXL(config, init_weights=False).to(param.device, param.dtype)
+        rebuilt.load_state_dict(model.state_dict())
+        return plain_step(rebuilt.train(model.training), tokens)
 
     return factory
 
@@ -83,18 +80,18 @@ def _graphs_of_compiled(model: TransformerXL, tokens: torch.Tensor, on: bool) ->
 LEVERS = (
     Lever(
         "position product in aligned rows",
-        "txl_dist.model.attention.POSITION_ROW_MULTIPLE (exact; 1 = K + 1 rows)",
-        _constant_lever(attention, "POSITION_ROW_MULTIPLE", 8, 1),
+        "model.position_row_multiple (exact; 1 = K + 1 rows)",
+        _config_lever("position_row_multiple", 8, 1),
     ),
     Lever(
         "d_model and d_inner padded to aligned widths",
-        "txl_dist.model.widths.WIDTH_MULTIPLE (exact, CUDA; 8 pads, 1 = as configured)",
-        _constant_lever(widths, "WIDTH_MULTIPLE", 8, 1),
+        "model.width_multiple (exact, CUDA; 8 pads, 1 = as configured)",
+        _config_lever("width_multiple", 8, 1),
     ),
     Lever(
         "fused relative-attention kernel (Triton)",
-        "txl_dist.model.attention.FUSED_KERNEL (exact up to accumulation order; off by default)",
-        _constant_lever(attention, "FUSED_KERNEL", True, False),
+        "model.fused_kernel (exact up to accumulation order; off by default)",
+        _config_lever("fused_kernel", True, False),
     ),
     Lever(
         "cluster sizes from the host",
@@ -126,13 +123,3 @@ def plain_step(model: TransformerXL, tokens: torch.Tensor, host_sizes: bool = Tr
         return loss.detach()
 
     return step
-
-
-@contextlib.contextmanager
-def _constant(module, name: str, value) -> Iterator[None]:
-    saved = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, saved)

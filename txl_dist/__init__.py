@@ -8,5 +8,6 @@
 - exports/: what the commands do with an exported model: load, text, generation, sweeps;
 - hf/: the Hugging Face export; harness/: lm-evaluation-harness models;
 - cli/: the commands;
-- logs.py, scores.py, files.py: the log path, what a loss reads as, files written into runs.
+- logs.py, scores.py, files.py: the log path, what a loss reads as, files written into runs;
+- checkpoint_names.py: a checkpoint's directory and file names, for the engine and the model.
 """

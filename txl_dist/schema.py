@@ -14,10 +14,6 @@ import types
 import typing
 from typing import Any, TypeVar
 
-# From its module, not the pipeline's front door: an HF export ships this module and every
-# module it imports (txl_dist/hf/export.py).
-from data_pipeline.redact import redact
-
 T = TypeVar("T")
 
 
@@ -59,6 +55,11 @@ def _build(cls: type[T], values: Any, section: str, problems: list[str]) -> T | 
         elif (item := _dataclass_items(hints[key])) is not None and isinstance(value, list):
             built[key] = [_build(item, v, f"{name}[{i}]", problems) for i, v in enumerate(value)]
         elif not _matches(value, hints[key]):
+            # Imported when a value is shown, never at import: the model builds its config here
+            # and needs torch only. From its module, not the pipeline's front door (which
+            # imports numpy's data stack); an HF export ships it (txl_dist/hf/export.py).
+            from data_pipeline.redact import redact
+
             shown = redact({key: value})[key]  # never echo a secret
             problems.append(
                 f"{name} must be {_type_name(hints[key])}, got {shown!r} ({type(value).__name__})"

@@ -16,7 +16,7 @@ from data_pipeline.vocab import EOS, UNK_WIKI, Vocab
 from tests.data_pipeline.corpora.test_subword import renamed_end_token
 from txl_dist.exports.generation import INCOMPLETE
 from txl_dist.exports.text import ExportText
-from txl_dist.model.transformer import VOCAB_FILE
+from txl_dist.model.pretrained import VOCAB_FILE
 
 
 def test_words_read_line_breaks_as_eos_and_lacking_words_as_unknown(tmp_path):

@@ -12,7 +12,7 @@ import torch
 
 from data_pipeline.vocab import EOS, UNK_WIKI, Vocab
 from txl_dist.model import TransformerXL, TXLConfig
-from txl_dist.model.transformer import VOCAB_FILE
+from txl_dist.model.pretrained import VOCAB_FILE
 
 LINES = 40
 """Lines of wiki.valid.tokens the tests read (about 4,000 words, headings and blank lines too)."""

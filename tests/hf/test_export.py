@@ -28,7 +28,7 @@ from txl_dist.exports.loading import DATA_FILE, load_for_evaluation
 from txl_dist.exports.text import ExportText
 from txl_dist.hf.export import save_hf
 from txl_dist.model import TransformerXL, TXLConfig
-from txl_dist.model.transformer import VOCAB_FILE
+from txl_dist.model.pretrained import VOCAB_FILE
 
 N_TOKEN = 50
 

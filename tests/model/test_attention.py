@@ -1,5 +1,7 @@
 """Relative attention equals a direct computation that builds R_{i-j} for every (i, j) pair."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -170,7 +172,7 @@ def test_attention_dropout_drops_probabilities_and_scales_the_rest():
 
 
 def test_fused_kernel_is_taken_only_when_switched_on_and_on_its_devices(monkeypatch):
-    """The CPU is no fused device: with FUSED_KERNEL on, today's path; let in, the kernel
+    """The CPU is no fused device: with model.fused_kernel on, today's path; let in, the kernel
     (tests/model/test_rel_attention_kernel.py checks what it computes)."""
 
     def kernel(*args):
@@ -189,13 +191,12 @@ def test_fused_kernel_is_taken_only_when_switched_on_and_on_its_devices(monkeypa
         0.0,
     )
     for switch, devices in ((False, {"cpu"}), (True, {"cuda"})):
-        monkeypatch.setattr(attention, "FUSED_KERNEL", switch)
         monkeypatch.setattr(attention, "FUSED_DEVICES", devices)
-        got = attention_core(query, key, value, r_key, u, v, mask, scale, 0.0)
+        got = attention_core(query, key, value, r_key, u, v, mask, scale, 0.0, fused=switch)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     monkeypatch.setattr(attention, "FUSED_DEVICES", {"cpu"})
     with pytest.raises(NotImplementedError, match="fused kernel"):
-        attention_core(query, key, value, r_key, u, v, mask, scale, 0.0)
+        attention_core(query, key, value, r_key, u, v, mask, scale, 0.0, fused=True)
 
 
 def test_compiled_attention_core_equals_eager_forward_and_backward():
@@ -216,3 +217,26 @@ def test_compiled_attention_core_equals_eager_forward_and_backward():
     torch.testing.assert_close(got, want)
     for mine, theirs in zip(inputs, twins):
         torch.testing.assert_close(mine.grad, theirs.grad)
+
+
+@pytest.mark.parametrize("row_multiple,width", [(8, 16), (1, 13), (5, 15)])
+def test_the_position_product_s_rows_pad_to_the_config_s_multiple(monkeypatch, row_multiple, width):
+    """model.position_row_multiple reaches the product: K + 1 = 13 columns padded to its
+    multiple (1: as many as there are), the layer's output the same at every multiple."""
+    torch.manual_seed(0)
+    config = TXLConfig(n_head=2, d_model=16, d_head=8, mem_len=7, dropout=0.0)
+    layer = RelMultiHeadAttention(dataclasses.replace(config, position_row_multiple=row_multiple))
+    plain = RelMultiHeadAttention(config)
+    plain.load_state_dict(layer.state_dict())
+    widths = []
+    apply = attention.ShiftedBias.apply
+    monkeypatch.setattr(
+        attention.ShiftedBias, "apply", lambda p, m: widths.append(p.size(-1)) or apply(p, m)
+    )
+    h, mem = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    u, v = torch.randn(2, 8), torch.randn(2, 8)
+    pos_enc = sinusoid_encoding(relative_distances(12, -1, h.device), 16)
+    mask = attention_bias(5, 7, 7, False, h.device)
+    got = layer.eval()(h, mem, pos_enc, u, v, mask)
+    torch.testing.assert_close(got, plain.eval()(h, mem, pos_enc, u, v, mask))
+    assert widths == [width, 16]

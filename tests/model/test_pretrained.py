@@ -1,4 +1,6 @@
-"""save_pretrained / from_pretrained round trip in a fresh process that never imports deepspeed."""
+"""model/pretrained.py: an export written and read back (through save_pretrained /
+from_pretrained, and its own save_export / load_export), in a fresh process too, which never
+imports deepspeed."""
 
 import json
 import os
@@ -9,7 +11,7 @@ import pytest
 import torch
 
 from tests import processes
-from txl_dist.model import TransformerXL, TXLConfig
+from txl_dist.model import TransformerXL, TXLConfig, pretrained
 
 LOAD_AND_SCORE = """
 import sys, torch
@@ -85,8 +87,8 @@ def test_loaded_model_keeps_weights_tied(tmp_path):
     model = TransformerXL(
         TXLConfig(n_token=100, n_layer=1, n_head=2, d_model=8, d_head=4, d_inner=8)
     )
-    model.save_pretrained(tmp_path)
-    loaded = TransformerXL.from_pretrained(tmp_path)
+    pretrained.save_export(model, tmp_path)
+    loaded = pretrained.load_export(TransformerXL, tmp_path)
     assert loaded.crit.out_layers[0].weight is loaded.word_emb.emb_layers[0].weight
 
 

@@ -2,6 +2,7 @@
 attend, output and every gradient; its dropout keeps 1 - p of the probabilities, unbiased, with
 the same mask in the backward as in the forward."""
 
+import dataclasses
 import os
 import sys
 
@@ -211,11 +212,15 @@ def argument_type(param) -> str:
 
 
 def test_switch_runs_the_layer_through_the_kernel_with_the_same_result(monkeypatch):
-    """RelMultiHeadAttention with FUSED_KERNEL on (the CPU let in as a fused device) against
+    """RelMultiHeadAttention with model.fused_kernel on (the CPU let in as a fused device) against
     off: output and every parameter's gradient, through the layer's transposed head views."""
     torch.manual_seed(0)
     config = TXLConfig(n_head=2, d_model=24, d_head=16, d_inner=32, mem_len=5, dropout=0.0)
-    layer = RelMultiHeadAttention(config).eval()
+    layers = [
+        RelMultiHeadAttention(dataclasses.replace(config, fused_kernel=on)).eval()
+        for on in (False, True)
+    ]
+    layers[1].load_state_dict(layers[0].state_dict())
     h, mem = torch.randn(2, 9, 24), torch.randn(2, 7, 24)
     u, v = (torch.randn(2, 16, requires_grad=True) for _ in range(2))
     pos_enc = sinusoid_encoding(relative_distances(16, -1, h.device), 24)
@@ -224,9 +229,8 @@ def test_switch_runs_the_layer_through_the_kernel_with_the_same_result(monkeypat
     calls = []
     monkeypatch.setattr(kernel.RelAttention, "apply", spy(kernel.RelAttention.apply, calls))
     results = []
-    for fused_on in (False, True):
-        monkeypatch.setattr(attention, "FUSED_KERNEL", fused_on)
-        monkeypatch.setattr(attention, "FUSED_DEVICES", {"cpu"})
+    monkeypatch.setattr(attention, "FUSED_DEVICES", {"cpu"})
+    for layer in layers:
         params = [*layer.parameters(), u, v]
         for p in params:
             p.grad = None

@@ -22,13 +22,13 @@ def test_padded_widths_leave_the_model_and_its_gradients_unchanged(
     config = TXLConfig(
         n_token=50, cutoffs=[20], n_layer=2, n_head=3, d_model=d_model, d_head=d_head,
         d_inner=d_inner, dropout=0.0, tgt_len=4, mem_len=5, pre_lnorm=pre_lnorm,
+        width_multiple=8,
     )  # fmt: skip
     torch.manual_seed(0)
     model = TransformerXL(config).double().train()
     for p in model.parameters():
         torch.nn.init.normal_(p, 0.0, 0.3)
     ids = torch.randint(0, 50, (2, 9))
-    monkeypatch.setattr(widths, "WIDTH_MULTIPLE", 8)
 
     def two_segments(padded_devices):
         monkeypatch.setattr(widths, "PADDED_DEVICES", padded_devices)

@@ -71,7 +71,7 @@ from txl_dist.exports.sweep import (
 )
 from txl_dist.exports.text import read_text
 from txl_dist.model import TransformerXL
-from txl_dist.model.transformer import VOCAB_FILE
+from txl_dist.model.pretrained import VOCAB_FILE
 from txl_dist.process.allocator import keep_freed_memory
 from txl_dist.process.dist import World, end_distributed, init_distributed, world_from_env
 from txl_dist.process.threads import choose_threads

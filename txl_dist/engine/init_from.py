@@ -36,7 +36,7 @@ from txl_dist.engine.checkpoint.consolidate import (
 )
 from txl_dist.exports.loading import export_vocabulary
 from txl_dist.model import TransformerXL, TXLConfig
-from txl_dist.model.transformer import CONFIG_FILE, read_json
+from txl_dist.model.pretrained import CONFIG_FILE, read_json
 from txl_dist.schema import ConfigError
 
 log = logging.getLogger(__name__)

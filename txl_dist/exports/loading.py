@@ -13,7 +13,7 @@ import torch
 
 from data_pipeline import TOKENIZER_FILE, DataError, Subword, Vocab
 from txl_dist.model import TransformerXL
-from txl_dist.model.transformer import CONFIG_FILE, VOCAB_FILE, read_json
+from txl_dist.model.pretrained import CONFIG_FILE, VOCAB_FILE, read_json
 from txl_dist.scores import SCORE_OF_LEVEL
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

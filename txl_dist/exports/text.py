@@ -31,7 +31,7 @@ from txl_dist.exports.generation import (
     subword_pieces,
 )
 from txl_dist.exports.loading import export_tokenizer, export_vocab
-from txl_dist.model.transformer import VOCAB_FILE
+from txl_dist.model.pretrained import VOCAB_FILE
 
 CHAR_START = b" "
 """What a character-level request starts from: the token of a space, a boundary between words."""

@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 from txl_dist.hf.tokenizer_files import write_tokenizer_files
 from txl_dist.model import TransformerXL
+from txl_dist.model.pretrained import CONFIG_FILE, SAFETENSORS_FILE, staged_directory
 from txl_dist.model.safetensors_io import save_streaming
-from txl_dist.model.transformer import CONFIG_FILE, SAFETENSORS_FILE, staged_directory
 
 ENTRY_MODULES = ("txl_dist.hf.configuration_txl", "txl_dist.hf.modeling_txl")
 """What `auto_map` names; everything they import from our packages is shipped with them."""

@@ -8,7 +8,7 @@ D head size. The score of query i and key j is, with R the sinusoid of the dista
 (a)+(c) is one product of (q + u) with the keys, computed by `attend`; (b)+(d) is the scaled
 (q + v) against the projected relative encodings, realigned by `rel_shift` and passed to `attend`
 as the additive bias together with the causal / same-length mask (`attention_bias`): one pass
-over [B, H, Q, K] after the product (`position_bias`). With FUSED_KERNEL, on a GPU,
+over [B, H, Q, K] after the product (`position_bias`). With model.fused_kernel, on a GPU,
 `rel_attention_kernel` computes all four terms, softmax and values in one kernel per pass,
 reading the unshifted product (`position_product`) by index (`attention_core` chooses).
 """
@@ -82,39 +82,42 @@ def padding_bias(key_padding: Tensor, dtype: torch.dtype) -> Tensor:
     return bias.masked_fill(key_padding, torch.finfo(dtype).min / 2)[:, None, None, :]
 
 
-# The attention core as one fused Triton kernel per pass (rel_attention_kernel.py) instead of
-# position_bias + attend, on the FUSED_DEVICES only: off until a GPU measures it faster.
-FUSED_KERNEL = False
+# Where model.fused_kernel takes the fused kernel (rel_attention_kernel.py) instead of
+# position_bias + attend: a GPU; elsewhere it would run in Triton's interpreter.
 FUSED_DEVICES = {"cuda"}
+# model.position_row_multiple's default: rows of the position product in 16-byte multiples
+# (8 bf16 / fp16 values); at K + 1 columns cuBLAS falls back to its unaligned kernels, about a
+# tenth of the aligned speed on an H100.
+ROW_MULTIPLE = TXLConfig.position_row_multiple
 
-# Rows of the position product in 16-byte multiples (8 bf16 / fp16 values): at K + 1 columns
-# cuBLAS falls back to its unaligned kernels, about a tenth of the aligned speed on an H100.
-POSITION_ROW_MULTIPLE = 8
 
-
-def position_bias(query: Tensor, r_key: Tensor, mask: Tensor, scale: float) -> Tensor:
+def position_bias(
+    query: Tensor, r_key: Tensor, mask: Tensor, scale: float, row_multiple: int = ROW_MULTIPLE
+) -> Tensor:
     """Terms (b)+(d), scaled, realigned and masked: [B, H, Q, K] in query's dtype.
 
     query [B, H, Q, D] (already q + v), r_key [H, D, K], mask [Q, K] (attention_bias, in
     query's dtype): `position_product`, which `ShiftedBias` then realigns and masks in one pass
     over [B, H, Q, K].
     """
-    return ShiftedBias.apply(position_product(query, r_key, scale), mask)
+    return ShiftedBias.apply(position_product(query, r_key, scale, row_multiple), mask)
 
 
-def position_product(query: Tensor, r_key: Tensor, scale: float) -> Tensor:
+def position_product(
+    query: Tensor, r_key: Tensor, scale: float, row_multiple: int = ROW_MULTIPLE
+) -> Tensor:
     """Terms (b)+(d) before the shift: [H, B, Q, W], column 1 + p pairing query i with relative
     slot p (distance K-1-p), column 0 and the columns after K zero.
 
     One batched product per head with the batch folded into its rows ([H, B*Q, D] @ [H, D, W]):
     no copy of r_key per row, and its gradient is one product, not a sum over the batch. The
     zero slot in front of the keys is what the shift needs; the zero slots after them pad the
-    rows to an aligned width W. The scale goes on the query ([B, H, Q, D], K/D times smaller
-    than the scores).
+    rows to a multiple of `row_multiple` (model.position_row_multiple). The scale goes on the
+    query ([B, H, Q, D], K/D times smaller than the scores).
     """
     b, h, q_len, d = query.shape
     k_len = r_key.size(-1)
-    width = -(-(k_len + 1) // POSITION_ROW_MULTIPLE) * POSITION_ROW_MULTIPLE
+    width = -(-(k_len + 1) // row_multiple) * row_multiple
     folded = (query * scale).transpose(0, 1).reshape(h, b * q_len, d)
     padded = torch.bmm(folded, F.pad(r_key, (1, width - k_len - 1)))  # [H, B*Q, W]
     return padded.view(h, b, q_len, width)
@@ -203,20 +206,22 @@ def attention_core(
     mask: Tensor,
     scale: float,
     dropatt: float,
+    fused: bool = False,
+    row_multiple: int = ROW_MULTIPLE,
 ) -> Tensor:
     """All four terms, softmax, dropout and values -> [B, H, Q, D]: query [B, H, Q, D], key and
     value [B, H, K, D], r_key [H, D, K], u and v [H, D], mask [Q, K] (attention_bias, in
     query's dtype; [B, 1, Q, K] with a padded batch's padding_bias). The fused kernel where
-    switched on (FUSED_KERNEL) for a mask shared by the rows, else position_bias, then attend
-    with it.
+    `fused` (model.fused_kernel) on the FUSED_DEVICES for a mask shared by the rows, else
+    position_bias, then attend with it; `row_multiple`: model.position_row_multiple.
     """
-    if FUSED_KERNEL and query.device.type in FUSED_DEVICES and mask.dim() == 2:
+    if fused and query.device.type in FUSED_DEVICES and mask.dim() == 2:
         from txl_dist.model.rel_attention_kernel import rel_attention  # imports triton
 
-        table = position_product(query + r_r_bias[:, None], r_key, scale)
+        table = position_product(query + r_r_bias[:, None], r_key, scale, row_multiple)
         return rel_attention(query + r_w_bias[:, None], key, value, table, mask, scale, dropatt)
     # Terms (b)+(d): [B, H, Q, D] @ [H, D, K] -> [B, H, Q, K], realigned by distance, masked.
-    bias = position_bias(query + r_r_bias[:, None], r_key, mask, scale)
+    bias = position_bias(query + r_r_bias[:, None], r_key, mask, scale, row_multiple)
     # Terms (a)+(c): softmax((q + u) k^T * scale + bias) @ v -> [B, H, Q, D]
     return attend(query + r_w_bias[:, None], key, value, bias.to(value.dtype), scale, dropatt)
 
@@ -229,6 +234,7 @@ class RelMultiHeadAttention(nn.Module):
         self.n_head, self.d_head = config.n_head, config.d_head
         self.pre_lnorm = config.pre_lnorm
         self.dropatt = config.dropatt
+        self.fused, self.row_multiple = config.fused_kernel, config.position_row_multiple
         self.scale = config.d_head**-0.5
         inner = config.n_head * config.d_head
         # Names follow the reference code so its users recognise the state dict.
@@ -270,8 +276,9 @@ class RelMultiHeadAttention(nn.Module):
 
         dropatt = self.dropatt if self.training else 0.0
         attended = attention_core(
-            query, key, value, r_key, r_w_bias, r_r_bias, mask.to(query.dtype), self.scale, dropatt
-        )
+            query, key, value, r_key, r_w_bias, r_r_bias, mask.to(query.dtype), self.scale,
+            dropatt, self.fused, self.row_multiple,
+        )  # fmt: skip
         out = F.linear(attended.transpose(1, 2).reshape(b, q_len, inner), w_o)  # [B, Q, W]
         out = self.drop(out)
         return h + out if self.pre_lnorm else layer_norm(self.layer_norm, h + out)

@@ -61,6 +61,15 @@ class TXLConfig:
     """Evaluation clamp_len; None means clamp_len."""
     eval_same_length: bool | None = None
     """Evaluation same_length; None means same_length."""
+    fused_kernel: bool = False
+    """The attention core as one fused Triton kernel on a GPU (rel_attention_kernel.py); off
+    until a GPU measures it faster."""
+    width_multiple: int = 1
+    """On a GPU, d_model and d_inner zero-padded inside the weights to a multiple of this
+    (widths.py; exact); 1 leaves them as configured."""
+    position_row_multiple: int = 8
+    """Rows of the position product padded to a multiple of this (attention.py; exact): 8
+    bf16 values are 16 bytes, cuBLAS's aligned kernels; 1 leaves K + 1 rows."""
 
     def __post_init__(self) -> None:
         if self.d_embed is None:
@@ -100,6 +109,9 @@ class TXLConfig:
         for name in ("dropout", "dropatt"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+        for name in ("width_multiple", "position_row_multiple"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name} must be 1 or more, got {getattr(self, name)}")
 
     def for_eval(self) -> TXLConfig:
         """A copy whose context lengths are the evaluation ones."""

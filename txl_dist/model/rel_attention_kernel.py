@@ -5,7 +5,7 @@
 with P the scaled position scores `attention.position_product` returns ([H, B, Q, W], terms
 (b)+(d) before the shift) and mask `attention_bias`'s [Q, K]: what `position_bias` + `attend`
 compute, without the [B, H, Q, K] bias, scores or probabilities ever in memory, forward or
-backward. `attention.FUSED_KERNEL` switches it on.
+backward. The model config's `fused_kernel` switches it on.
 
 - Position scores by index: query i and key j read the unshifted table at column j + Q - i
   (slot j + Q-1-i, after the table's leading zero column), consecutive keys at consecutive

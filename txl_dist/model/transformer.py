@@ -1,4 +1,5 @@
-"""The Transformer-XL language model: layers, segment-level recurrence, save / load.
+"""The Transformer-XL language model: layers, segment-level recurrence; save / load call
+pretrained.py.
 
 Numerics follow the reference `MemTransformerLM` with attn_type=0; tensors are batch-first.
 Memory: for each layer, the last `mem_len` hidden states that entered it, detached, so
@@ -10,16 +11,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import os
-import pickle
-import re
-import secrets
-import shutil
-import stat
-import tempfile
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -35,13 +29,8 @@ from txl_dist.model.attention import (
 )
 from txl_dist.model.config import TXLConfig
 from txl_dist.model.dropout import Dropout
-from txl_dist.model.safetensors_io import save_streaming
-from txl_dist.model.widths import inner_width, layer_norm, pad_to, stream_width
-
-CONFIG_FILE = "config.json"
-SAFETENSORS_FILE = "model.safetensors"
-TORCH_FILE = "pytorch_model.bin"
-
+from txl_dist.model.pretrained import load_export, save_export
+from txl_dist.model.widths import layer_norm, pad_to, padded_width
 
 Gather = Callable[[list[nn.Parameter]], contextlib.AbstractContextManager]
 """Makes the given (partitioned) parameters whole inside its context, e.g. ZeRO-3's gather."""
@@ -64,6 +53,7 @@ class FeedForward(nn.Module):
     def __init__(self, config: TXLConfig):
         super().__init__()
         self.pre_lnorm = config.pre_lnorm
+        self.width_multiple = config.width_multiple
         self.CoreNet = nn.Sequential(  # noqa: N815 (reference state-dict name)
             nn.Linear(config.d_model, config.d_inner),
             nn.ReLU(inplace=True),
@@ -80,12 +70,12 @@ class FeedForward(nn.Module):
         return layer_norm(self.layer_norm, h + self._core(h))
 
     def _core(self, h: Tensor) -> Tensor:
-        """CoreNet, with d_inner padded as widths.WIDTH_MULTIPLE asks and the model dimension
+        """CoreNet, with d_inner padded as model.width_multiple asks and the model dimension
         to the stream's width. Exact: a zero row and bias give a zero hidden unit, ReLU and
         dropout keep it zero, and the zero column of the second weight drops it; zero input
         columns meet the stream's zero columns, zero output rows and bias keep them zero."""
         first, _, inner_drop, second, out_drop = self.CoreNet
-        inner = inner_width(first.weight.size(0), h.device)
+        inner = padded_width(first.weight.size(0), self.width_multiple, h.device)
         width = h.size(-1)
         w1, b1 = pad_to(pad_to(first.weight, width), inner, 0), pad_to(first.bias, inner)
         w2, b2 = pad_to(pad_to(second.weight, inner), width, 0), pad_to(second.bias, width)
@@ -243,7 +233,7 @@ class TransformerXL(nn.Module):
         if key_padding is not None:
             mask = mask + padding_bias(key_padding, mask.dtype)  # [B, 1, Q, K]
         # The residual stream may be wider than d_model, its extra columns zero (widths.py).
-        width = stream_width(cfg.d_model, device)
+        width = padded_width(cfg.d_model, cfg.width_multiple, device)
         pos_enc = pad_to(self.drop(pos_enc), width)  # [K, W]
 
         h = pad_to(self.drop(self.word_emb(input_ids)), width)  # [B, Q, W]
@@ -288,7 +278,7 @@ class TransformerXL(nn.Module):
             new_mems.append(context[:, start:].detach().contiguous())
         return new_mems
 
-    # ---- plain-PyTorch checkpoints: config.json + model.safetensors (or pytorch_model.bin) ----
+    # ---- plain-PyTorch checkpoints: an export's directory (pretrained.py) ----
 
     def save_pretrained(
         self,
@@ -296,57 +286,17 @@ class TransformerXL(nn.Module):
         format: str = "safetensors",
         write_extra: Callable[[str], None] | None = None,
     ) -> None:
-        """Write config.json and the weights (tied tensors once), replacing `directory` whole.
-
-        Everything goes to a temporary directory beside it that is renamed into place, so a
-        directory never mixes files of two exports; `write_extra(tmp)` adds files (vocabulary,
-        README) before the rename.
-        """
-        if format not in ("safetensors", "torch"):
-            raise ValueError(f"format must be 'safetensors' or 'torch', got {format!r}")
-        with staged_directory(directory) as tmp:
-            weights = _unaliased_state_dict(self)
-            if format == "safetensors":
-                save_streaming(weights, os.path.join(tmp, SAFETENSORS_FILE), {"format": "pt"})
-            else:
-                torch.save(weights, os.path.join(tmp, TORCH_FILE))
-            with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
-                json.dump(self.config.to_dict(), f, indent=2)
-            if write_extra is not None:
-                write_extra(tmp)
+        """Write config.json and the weights into `directory`, replacing it whole
+        (pretrained.save_export); `write_extra(tmp)` adds files before it takes its place."""
+        save_export(self, directory, format, write_extra)
 
     @classmethod
     def from_pretrained(
         cls, directory: str | os.PathLike, map_location: str | torch.device = "cpu"
     ) -> TransformerXL:
-        """Load what `save_pretrained` (or txl-export) wrote, with torch (and safetensors) only.
-
-        config.json, vocab.txt and the safetensors header are checked against each other before
-        the model is built, so a mismatched or edited directory fails in well under a second.
-        """
-        if training_files := _training_kind(directory):
-            raise FileNotFoundError(
-                f"{directory} is {training_files}, not an export: turn it into one with "
-                f"`txl-export {directory} EXPORT_DIR` and pass EXPORT_DIR"
-            )
-        config_path = os.path.join(directory, CONFIG_FILE)
-        if not os.path.exists(config_path):
-            raise FileNotFoundError(
-                f"{config_path} not found: pass a directory that save_pretrained or "
-                "txl-export wrote"
-            )
-        config = TXLConfig.from_dict(read_json(config_path, "model config (config.json)"))
-        _check_vocab_size(directory, config)
-        weights_path = _weights_path(directory)
-        if weights_path.endswith(SAFETENSORS_FILE):
-            _check_header_layers(weights_path, config)
-        with torch.device("meta"):
-            model = cls(config, init_weights=False)
-        expected = {k: tuple(v.shape) for k, v in _unaliased_state_dict(model).items()}
-        weights = _load_weights(weights_path, expected, map_location)
-        model.load_state_dict(weights, strict=False, assign=True)
-        model.tie_weights()
-        return model.eval()
+        """Load what `save_pretrained` (or txl-export) wrote, with torch (and safetensors) only,
+        its files checked against each other first (pretrained.load_export)."""
+        return load_export(cls, directory, map_location)
 
 
 @functools.lru_cache(maxsize=16)
@@ -370,179 +320,3 @@ def segment_constants(
         mask = attention_bias(q_len, m_len, mem_len, same_length, device, dtype)
         distances = relative_distances(m_len + q_len, clamp_len, device)
         return mask, sinusoid_encoding(distances, d_model).to(dtype)
-
-
-VOCAB_FILE = "vocab.txt"
-
-
-def _training_kind(directory: str | os.PathLike) -> str | None:
-    """What the training engine's files in `directory` are, if it holds them instead of an export
-    (the engine's layout: checkpoints/latest, checkpoints/global_stepN/txl.json)."""
-    if os.path.isdir(os.path.join(directory, "checkpoints")):
-        return "a training run directory (train.out_dir)"
-    if os.path.exists(os.path.join(directory, "latest")):
-        return "a training checkpoints directory"
-    if os.path.exists(os.path.join(directory, "txl.json")):
-        return "a training checkpoint"
-    return None
-
-
-@contextlib.contextmanager
-def staged_directory(directory: str | os.PathLike):
-    """Yield a temporary directory that replaces `directory` when the block completes.
-
-    An existing `directory` must be empty or an earlier export (it has a config.json): we
-    never delete a directory of someone else's files.
-    """
-    directory = os.path.abspath(directory)
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise FileExistsError(f"{directory} exists and is a file; choose an empty or new directory")
-    is_export = os.path.exists(os.path.join(directory, CONFIG_FILE))
-    if os.path.isdir(directory) and os.listdir(directory) and not is_export:
-        raise FileExistsError(
-            f"{directory} exists and is not an export (no {CONFIG_FILE}); choose an empty "
-            "or new directory"
-        )
-    parent, name = os.path.split(directory)
-    os.makedirs(parent, exist_ok=True)
-    tmp = _new_directory(parent, f".{name}.tmp-")
-    try:
-        yield tmp
-        old = None
-        if os.path.exists(directory):
-            old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
-            os.replace(directory, os.path.join(old, name))
-        os.replace(tmp, directory)
-        if old is not None:
-            shutil.rmtree(old)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _new_directory(parent: str, prefix: str) -> str:
-    """A new empty directory in `parent` with the mode every new directory gets (0777 less the
-    umask), not mkdtemp's 0700: an export is shared as the user's other files are."""
-    while True:
-        path = os.path.join(parent, prefix + secrets.token_hex(6))
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path)
-            return path
-
-
-def _check_vocab_size(directory, config: TXLConfig) -> None:
-    """A vocab.txt beside the weights must have exactly n_token entries."""
-    path = os.path.join(directory, VOCAB_FILE)
-    if not os.path.exists(path):
-        return
-    # The lines Vocab.load reads, counted alike. From its module, not the pipeline's front door:
-    # an HF export ships this module and every module it imports (txl_dist/hf/export.py).
-    from data_pipeline.limits import VOCAB_BYTES
-    from data_pipeline.received import read_received
-    from data_pipeline.vocab import vocab_entries
-
-    data = read_received(path, VOCAB_BYTES, "vocabulary file (vocab.txt)")
-    entries = len(vocab_entries(data.decode("utf-8", errors="replace")))
-    if entries != config.n_token:
-        raise ValueError(
-            f"{path} has {entries} entries but config.json has n_token {config.n_token}: the "
-            "vocabulary is not the model's; re-export or restore the right vocab.txt"
-        )
-
-
-def read_json(path: str, what: str) -> Any:
-    """The JSON of a file of an export, read as a received file (data_pipeline.received)."""
-    from data_pipeline.limits import METADATA_BYTES
-    from data_pipeline.received import read_received_text
-
-    return json.loads(read_received_text(path, METADATA_BYTES, what))
-
-
-def _weights_path(directory) -> str:
-    """The one weights file of an export; two formats at once means a mixed directory."""
-    found = [
-        os.path.join(directory, name)
-        for name in (SAFETENSORS_FILE, TORCH_FILE)
-        if os.path.exists(os.path.join(directory, name))
-    ]
-    if len(found) != 1:
-        what = "both" if found else "neither"
-        raise FileNotFoundError(
-            f"{directory} holds {what} {SAFETENSORS_FILE} and {TORCH_FILE}: an export has "
-            "exactly one; re-export into an empty directory"
-        )
-    if not stat.S_ISREG(os.lstat(found[0]).st_mode):  # a link may lead anywhere, a FIFO blocks
-        raise ValueError(
-            f"{found[0]} is a link or not a regular file: the weights are read only as a "
-            "regular file of the export; replace it with the file itself"
-        )
-    return found[0]
-
-
-def _check_header_layers(path: str, config: TXLConfig) -> None:
-    """The header's layer count must be config.json's, before a model of n_layer is built."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(path, framework="pt") as f:
-            names = f.keys()
-    except SafetensorError as err:  # a header that does not hold (overlapping offsets, ...)
-        raise ValueError(f"{path} is not a valid safetensors file ({err}); re-export") from None
-    layers = {int(name.split(".")[1]) for name in names if name.startswith("layers.")}
-    if len(layers) != config.n_layer:
-        raise ValueError(
-            f"weights in {path} do not match config.json: {len(layers)} layers, n_layer "
-            f"{config.n_layer}; the config does not belong to these weights"
-        )
-
-
-def _aliased_names(model: nn.Module) -> set[str]:
-    """Parameter names that repeat a parameter an earlier name holds (tied weights)."""
-    first_names = dict(model.named_parameters())
-    return {name for name, _ in model.named_parameters(remove_duplicate=False)} - set(first_names)
-
-
-def _unaliased_state_dict(model: nn.Module) -> dict[str, Tensor]:
-    aliases = _aliased_names(model)
-    return {k: v.contiguous() for k, v in model.state_dict().items() if k not in aliases}
-
-
-def _load_weights(path: str, expected: dict[str, tuple], map_location) -> dict[str, Tensor]:
-    """The weights at `path`, whose names and shapes must be `expected` (checked first)."""
-    if path.endswith(SAFETENSORS_FILE):
-        from safetensors import safe_open
-
-        with safe_open(path, framework="pt") as f:
-            names = f.keys()
-            found = {k: tuple(f.get_slice(k).get_shape()) for k in names}
-            _check_names_and_shapes(path, found, expected)
-            return {k: f.get_tensor(k).to(map_location) for k in names}
-    try:
-        weights = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:  # from None: torch's advice stays out of tracebacks
-        raise ValueError(refused_pickle(path, err) + ": export the checkpoint again") from None
-    _check_names_and_shapes(path, {k: tuple(v.shape) for k, v in weights.items()}, expected)
-    return weights
-
-
-def refused_pickle(path: str, err: pickle.UnpicklingError) -> str:
-    """What torch's weights_only unpickler refused in `path`, without its advice to load the
-    file with weights_only=False (which would run whatever the pickle calls)."""
-    reason = re.search(r"WeightsUnpickler error: (.*?)(?: was not an allowed|\.\s|$)", str(err))
-    what = reason.group(1)[:120] if reason else "not a torch.save file of tensors"
-    return f"{path}: refused, its pickle holds more than tensors ({what})"
-
-
-def _check_names_and_shapes(path: str, found: dict, expected: dict) -> None:
-    missing = sorted(set(expected) - set(found))
-    unexpected = sorted(set(found) - set(expected))
-    shapes = [
-        f"{k} {found[k]} vs {expected[k]}"
-        for k in expected
-        if found.get(k, expected[k]) != expected[k]
-    ]
-    if missing or unexpected or shapes:
-        raise ValueError(
-            f"weights in {path} do not match config.json: missing {missing[:5]}, "
-            f"unexpected {unexpected[:5]}, shape file vs config {shapes[:5]}"
-        )

@@ -3,9 +3,9 @@
 SDPA's memory-efficient kernel (the fused one that takes a bias with a gradient) needs a head
 size that is a multiple of 8, else it takes its math path: heads are padded to
 SDPA_HEAD_MULTIPLE. Rows of bf16 in 16-byte multiples take cuBLAS's aligned kernels, about twice
-as fast as the unaligned ones at wt103_base's 410 / 2100 (docs/gpus.md): WIDTH_MULTIPLE = 8 pads
-d_model (the residual stream) and d_inner too; 1, the default until a step measures faster,
-leaves them as configured.
+as fast as the unaligned ones at wt103_base's 410 / 2100 (docs/gpus.md): model.width_multiple
+8 pads d_model (the residual stream) and d_inner too; 1, the default until a step measures
+faster, leaves them as configured.
 
 Padding is exact: zero rows of a weight give zero columns, zero columns drop them, the layer
 norms normalise the real columns only, and the padding is never a parameter, so the state dict
@@ -20,7 +20,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 SDPA_HEAD_MULTIPLE = 8
-WIDTH_MULTIPLE = 1
 PADDED_DEVICES = {"cuda"}
 
 
@@ -29,16 +28,6 @@ def padded_width(width: int, multiple: int, device: torch.device) -> int:
     if device.type not in PADDED_DEVICES:
         return width
     return -(-width // multiple) * multiple
-
-
-def stream_width(d_model: int, device: torch.device) -> int:
-    """The residual stream's width on `device`: d_model, padded to WIDTH_MULTIPLE."""
-    return padded_width(d_model, WIDTH_MULTIPLE, device)
-
-
-def inner_width(d_inner: int, device: torch.device) -> int:
-    """The feed-forward block's hidden width on `device`: d_inner, padded to WIDTH_MULTIPLE."""
-    return padded_width(d_inner, WIDTH_MULTIPLE, device)
 
 
 def pad_to(x: Tensor, width: int, dim: int = -1) -> Tensor:

@@ -22,6 +22,7 @@ from txl_dist.config.plan import RunPlan
 from txl_dist.config.sections import RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint.resume import ResumePoint, find_resume_point
 from txl_dist.engine.checkpoint.state import (
+    CHECKPOINT_DIR,
     CLIENT_FILE,
     LATEST,
     CheckpointStateError,
@@ -67,7 +68,7 @@ class Checkpoint:
 def tag_directory(path: str) -> str:
     """The global_stepN directory a run directory, a checkpoints/ directory or a global_stepN
     directory names (a checkpoints/ directory's by its `latest`)."""
-    run_checkpoints = os.path.join(path, "checkpoints")
+    run_checkpoints = os.path.join(path, CHECKPOINT_DIR)
     if os.path.exists(os.path.join(run_checkpoints, LATEST)):
         path = run_checkpoints
     if os.path.exists(os.path.join(path, CLIENT_FILE)):
