@@ -11,12 +11,12 @@ import torch.distributed as dist
 
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint.parts import CheckpointPart, Place, rank_file
+from txl_dist.engine.checkpoint.size import checkpoint_bytes
 from txl_dist.engine.checkpoint.snapshot.background import BackgroundSave
 from txl_dist.engine.checkpoint.snapshot.budget import SnapshotBudget
 from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
 from txl_dist.engine.checkpoint.store.retention import prune
 from txl_dist.engine.checkpoint.store.transaction import SaveTransaction
-from txl_dist.process import preflight
 from txl_dist.process.dist import World
 
 
@@ -64,7 +64,7 @@ class Checkpointer:
         budget = SnapshotBudget(engine, config.model, facts["rows_per_rank"], world)
         if config.train.async_save:
             budget.announce()
-        t, needed = config.train, preflight.checkpoint_bytes(config)
+        t, needed = config.train, checkpoint_bytes(config)
         directory = os.path.join(t.out_dir, CHECKPOINT_DIR)
         return cls(parts, facts, world, directory, t.save_interval, t.keep_last, needed, budget,
                    resumed_step, async_save=t.async_save)  # fmt: skip
