@@ -11,7 +11,14 @@ import fsspec
 import numpy as np
 import pytest
 
-from data_pipeline import ManifestError, ShardCorruptError, TokenStreams, manifest_url, verify
+from data_pipeline import (
+    ManifestError,
+    Reading,
+    ShardCorruptError,
+    TokenStreams,
+    manifest_url,
+    verify,
+)
 from data_pipeline.prepare.verify import verify_shard
 from data_pipeline.shards.errors import ChecksumError, ShardTruncatedError
 from data_pipeline.shards.format import load_manifest
@@ -99,7 +106,9 @@ def test_crafted_document_lengths_with_a_valid_crc_are_refused(wt103_copy):
         verify(str(wt103_copy))
     url = manifest_url(str(wt103_copy), "valid")
     with pytest.raises(ShardCorruptError, match="sample 0: document lengths do not sum"):
-        for _ in TokenStreams(url, 4, 100, epochs=1, order="shuffle", block_tokens=3000):
+        for _ in TokenStreams(
+            url, 4, 100, epochs=1, order="shuffle", reading=Reading(block_tokens=3000)
+        ):
             pass
 
 

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from data_pipeline import IGNORE_INDEX, TokenStreams, Vocab, VocabMismatchError, manifest_url
+from data_pipeline import (
+    IGNORE_INDEX,
+    Reading,
+    TokenStreams,
+    Vocab,
+    VocabMismatchError,
+    manifest_url,
+)
 from tests.data_pipeline.conftest import decoded_split
 from tests.processes import python_ranks, run
 
@@ -49,7 +56,7 @@ def global_batches(url, world, rows, tgt_len, steps=None, **kw) -> list[torch.Te
 def test_rows_are_contiguous_and_cover_the_epoch(wt103, world, rows, tgt_len, block_tokens):
     ref = split_ids(wt103, "valid")
     url = manifest_url(str(wt103), "valid")
-    batches = global_batches(url, world, rows, tgt_len, block_tokens=block_tokens)
+    batches = global_batches(url, world, rows, tgt_len, reading=Reading(block_tokens=block_tokens))
     global_rows = world * rows
     stride = len(ref) // global_rows
     assert len(batches) == (stride - 1) // tgt_len
@@ -99,14 +106,14 @@ def test_tail_iterates_a_full_pass_each_time(wt103_valid):
 
 
 def test_resume_after_k_batches_gives_the_same_next_batches(wt103_valid):
-    stream = TokenStreams(wt103_valid, 3, 40, block_tokens=500)
+    stream = TokenStreams(wt103_valid, 3, 40, reading=Reading(block_tokens=500))
     expected = list(itertools.islice(stream, 2 * stream.steps_per_epoch + 5))
-    stream = TokenStreams(wt103_valid, 3, 40, block_tokens=500)
+    stream = TokenStreams(wt103_valid, 3, 40, reading=Reading(block_tokens=500))
     k = stream.steps_per_epoch + 3  # resume inside the second epoch
     list(itertools.islice(stream, k))
     state = stream.state_dict()
     assert state["epoch"] == 1 and state["step"] == 3
-    resumed = TokenStreams(wt103_valid, 3, 40, block_tokens=500)
+    resumed = TokenStreams(wt103_valid, 3, 40, reading=Reading(block_tokens=500))
     resumed.load_state_dict(state)
     for (x, y), (ex, ey) in zip(itertools.islice(resumed, 20), expected[k:]):
         assert torch.equal(x, ex) and torch.equal(y, ey)
@@ -185,7 +192,7 @@ def test_prefetch_threads_stop(wt103_valid):
     def prefetchers():
         return [t for t in threading.enumerate() if t.name == "txl-data-prefetch"]
 
-    stream = TokenStreams(wt103_valid, 2, 50, prefetch=1, block_tokens=200)
+    stream = TokenStreams(wt103_valid, 2, 50, reading=Reading(prefetch=1, block_tokens=200))
     it = iter(stream)
     next(it)
     assert len(prefetchers()) == 1
@@ -214,8 +221,8 @@ def test_vocab_size_is_checked(wt103, wt103_valid):
 
 def test_interpreter_exits_with_an_unclosed_stream(wt103_valid):
     script = (
-        "from data_pipeline import TokenStreams\n"
-        f"s = TokenStreams({wt103_valid!r}, 2, 50, prefetch=1, block_tokens=200)\n"
+        "from data_pipeline import Reading, TokenStreams\n"
+        f"s = TokenStreams({wt103_valid!r}, 2, 50, reading=Reading(prefetch=1, block_tokens=200))\n"
         "it = iter(s)\n"
         "next(it)\n"
         "print('left open')\n"
