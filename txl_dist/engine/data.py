@@ -18,7 +18,8 @@ from data_pipeline import (
     manifest_url,
     root_tokenizer,
 )
-from txl_dist.config.sections import DataConfig, RunConfig
+from txl_dist.config.data import DataConfig
+from txl_dist.config.sections import RunConfig
 from txl_dist.process.dist import World
 
 log = logging.getLogger(__name__)
