@@ -26,6 +26,7 @@ complete checkpoint. Conversions are written the same way. A resume checks the r
     size.py          one checkpoint's size, estimated from the config
     resume.py        finding an intact checkpoint and loading its parts into a run
     consolidate.py   reading a checkpoint for export: its weights from any ZeRO stage
+    card.py          the README an export carries (how the run trained, escaped text)
 """
 
 from txl_dist.engine.checkpoint.checkpointer import Checkpointer
