@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +14,10 @@ from data_pipeline import (
     Reading,
     TokenStreams,
     Vocab,
-    VocabMismatchError,
     manifest_url,
 )
 from tests.data_pipeline.conftest import decoded_split
-from tests.processes import python_ranks, run
+from tests.processes import python_ranks
 
 
 def split_ids(root: Path, split: str) -> np.ndarray:
@@ -186,46 +183,3 @@ def test_two_processes_cover_the_same_as_one(wt103, tmp_path):
     assert len(single) == len(ranks[0])
     for step, (x, _) in enumerate(single):
         assert torch.equal(torch.cat([ranks[0][step], ranks[1][step]]), x)
-
-
-def test_prefetch_threads_stop(wt103_valid):
-    def prefetchers():
-        return [t for t in threading.enumerate() if t.name == "txl-data-prefetch"]
-
-    stream = TokenStreams(wt103_valid, 2, 50, reading=Reading(prefetch=1, block_tokens=200))
-    it = iter(stream)
-    next(it)
-    assert len(prefetchers()) == 1
-    stream.close()
-    assert prefetchers() == []
-    it = iter(stream)
-    next(it)
-    iter(stream)  # a new iteration replaces the old one's thread
-    assert len(prefetchers()) == 1
-    stream.close()
-    assert prefetchers() == []
-
-
-def test_vocab_size_is_checked(wt103, wt103_valid):
-    n_token = len(Vocab.load(str(wt103 / "vocab.txt")))
-    stream = TokenStreams(wt103_valid, 2, 50, expected_vocab_size=n_token)
-    assert stream.vocab_size == n_token
-    with pytest.raises(
-        VocabMismatchError,
-        match=rf"valid/manifest.json.*vocabulary of {n_token} tokens, the model has 267735",
-    ):
-        TokenStreams(wt103_valid, 2, 50, expected_vocab_size=267_735)
-    with pytest.raises(VocabMismatchError, match=f"the model has {n_token - 1};"):
-        stream.check_vocab(n_token - 1)
-
-
-def test_interpreter_exits_with_an_unclosed_stream(wt103_valid):
-    script = (
-        "from data_pipeline import Reading, TokenStreams\n"
-        f"s = TokenStreams({wt103_valid!r}, 2, 50, reading=Reading(prefetch=1, block_tokens=200))\n"
-        "it = iter(s)\n"
-        "next(it)\n"
-        "print('left open')\n"
-    )
-    done = run([sys.executable, "-c", script], timeout=60)
-    assert done.returncode == 0 and "left open" in done.stdout, done.stderr
