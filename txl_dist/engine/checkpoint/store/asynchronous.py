@@ -28,7 +28,7 @@ class AsynchronousSave(SaveTransaction):
     """A save whose files are written in the background: `take_snapshot` on the training
     thread, then `complete` on the background one."""
 
-    group: Any
+    group: Any = dataclasses.field()  # required: not the base's default, training's group
     """The background saves' own process group (not the default one training uses)."""
     arena: HostArena
     """The host memory the snapshot serializes into (the run's, reused by each save)."""
