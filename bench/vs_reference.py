@@ -41,7 +41,8 @@ from statistics import median
 
 import fsspec
 
-from data_pipeline.shards.format import decode_sample, load_manifest, manifest_url, shard_url
+from data_pipeline.shards.format import load_manifest, manifest_url, shard_url
+from data_pipeline.shards.samples import decode_sample
 from data_pipeline.vocab import Vocab
 
 REPO = Path(__file__).resolve().parents[1]

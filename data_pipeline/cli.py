@@ -38,11 +38,26 @@ def parser() -> argparse.ArgumentParser:
     """The txl-prepare command line. An option of a run is the ``Settings`` field of its name,
     whose default applies when it is not given (so options default to None here)."""
     p = argparse.ArgumentParser(prog="txl-prepare", description=__doc__.split("\n")[0])
+    for add in (_corpus_options, _tokenizer_options, _layout_options, _job_options):
+        add(p)
+    return p
+
+
+def _corpus_options(p: argparse.ArgumentParser) -> None:
+    """What is read and where it is written."""
     p.add_argument("--dataset", choices=DATASETS)
     p.add_argument(
         "--source", help="directory, file or archive (any fsspec URL); default: official"
     )
     p.add_argument("--out", help="output root (any fsspec URL)")
+    p.add_argument("--source-checksum", help="ALGO:HEX of a --source archive")
+    p.add_argument("--cache-dir", help="where archives are downloaded")
+    p.add_argument("--out-option", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
+
+
+def _tokenizer_options(p: argparse.ArgumentParser) -> None:
+    """How documents become ids: a vocabulary, a tokenizer, the records' text."""
     p.add_argument("--vocab", help="reuse this vocabulary file (token[ count] per line)")
     p.add_argument(
         "--tokenizer", metavar="FILE|bpe:N",
@@ -64,6 +79,10 @@ def parser() -> argparse.ArgumentParser:
         "--skip-bad-records", action="store_true",
         help="jsonl/parquet: leave out malformed records (counted in the log) instead of stopping",
     )  # fmt: skip
+
+
+def _layout_options(p: argparse.ArgumentParser) -> None:
+    """How the prepared data is cut (shards, samples, units) and by how many workers."""
     p.add_argument("--shard-size", type=int, help="tokens/shard")
     p.add_argument("--sample-size", type=int, help="tokens/sample")
     p.add_argument(
@@ -78,10 +97,10 @@ def parser() -> argparse.ArgumentParser:
         "--test-chars", type=int,
         help="enwik8/text8: bytes of test and of valid (the reference's 5,000,000)",
     )  # fmt: skip
-    p.add_argument("--source-checksum", help="ALGO:HEX of a --source archive")
-    p.add_argument("--cache-dir", help="where archives are downloaded")
-    p.add_argument("--out-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
+
+
+def _job_options(p: argparse.ArgumentParser) -> None:
+    """Which step runs, and how it reports."""
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
         "--overwrite",
@@ -91,7 +110,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--part", metavar="I/N", help="do part I of N of the next step and exit")
     p.add_argument("--merge", action="store_true", help="join the parts' results and exit")
     p.add_argument("--verify", metavar="URL", help="re-check a prepared dataset root and exit")
-    return p
 
 
 INTERRUPTED_LINE = "txl-prepare: interrupted; the same command goes on from the units it finished"

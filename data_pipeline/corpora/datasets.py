@@ -42,14 +42,8 @@ from data_pipeline.corpora.encoding import (
     encode_text_file,
     encode_wikitext,
 )
-from data_pipeline.corpora.records import (
-    JSONL_SUFFIXES,
-    PARQUET_SUFFIXES,
-    JsonLines,
-    ParquetRows,
-    RecordFileNames,
-    Texts,
-)
+from data_pipeline.corpora.jsonl import JSONL_SUFFIXES, JsonLines
+from data_pipeline.corpora.records import PARQUET_SUFFIXES, ParquetRows, RecordFileNames, Texts
 from data_pipeline.corpora.splits import Lm1bFiles, NamedFiles, SplitLayout, TextFiles
 from data_pipeline.vocab import EOS, SENTENCE, UNK_LM1B, UNK_WIKI
 

@@ -18,13 +18,13 @@ from data_pipeline.shards.errors import (
 )
 from data_pipeline.shards.format import (
     ShardInfo,
-    decode_sample,
     load_manifest,
     manifest_url,
     reading_prepared,
     shard_url,
     vocab_url,
 )
+from data_pipeline.shards.samples import decode_sample
 from data_pipeline.shards.storage import filesystem
 from data_pipeline.vocab import Vocab
 

@@ -30,16 +30,13 @@ import contextlib
 import json
 import posixpath
 import re
-import zlib
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from data_pipeline.shards.errors import (
     ManifestError,
-    ShardCorruptError,
     ShardMissingError,
-    ShardTruncatedError,
     reading,
 )
 from data_pipeline.shards.storage import DEFAULT_RETRY, Retry, filesystem
@@ -276,36 +273,3 @@ def load_manifest(
 def shard_url(manifest_url_: str, shard: ShardInfo) -> str:
     """Absolute URL of a shard listed in the manifest at ``manifest_url_``."""
     return posixpath.join(posixpath.dirname(manifest_url_), shard.url)
-
-
-def decode_sample(
-    span: bytes, shard: ShardInfo, index: int, url: str, vocab_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens, doc lengths) of sample ``index`` from its bytes; checks size, CRC, lengths, ids."""
-    start, end = shard.sample_span(index)
-    n, expected = shard.sample_tokens[index], end - start
-    if len(span) < expected:
-        raise ShardTruncatedError(
-            f"{url}: sample {index} is truncated ({len(span)} of {expected} bytes read); "
-            f"the shard is incomplete, re-run txl-prepare"
-        )
-    if len(span) > expected:
-        raise ShardCorruptError(
-            f"{url}: sample {index} read returned {len(span)} bytes, expected {expected}; "
-            f"the server ignored the byte range or the shard changed"
-        )
-    if zlib.crc32(span) != shard.sample_crc32[index]:
-        raise ShardCorruptError(
-            f"{url}: sample {index} is corrupt (CRC-32 mismatch); re-run txl-prepare"
-        )
-    lengths = np.frombuffer(span, "<i4", shard.sample_documents[index], 0)
-    tokens = np.frombuffer(span, "<i4", n, shard.sample_offsets[index] - start)
-    # A CRC is no proof against a crafted shard (it can be recomputed): lengths must add up,
-    # and ids outside the vocabulary would index past the embedding or score as 0.
-    if len(lengths) and (lengths.min() < 0 or lengths.sum(dtype=np.int64) != n):
-        raise ShardCorruptError(
-            f"{url}: sample {index}: document lengths do not sum to its {n} tokens"
-        )
-    if n and (tokens.min() < 0 or tokens.max() >= vocab_size):
-        raise ShardCorruptError(f"{url}: sample {index} holds ids outside [0, {vocab_size})")
-    return tokens, lengths

@@ -7,6 +7,7 @@
 - ``mix_schedule.py``: which corpus a mix's row reads next, and where every row starts.
 - ``mix_state.py``: a mix's saved stream state checked, value by value, before it is used.
 - ``shares.py``: one corpus of a mix, its epochs cut into one share per global row.
+- ``reading.py``: ``Reading``, how both streams read: storage, retries, blocks ahead.
 - ``geometry.py``: where every global row lies in an epoch; the layouts refused.
 - ``table.py``: a split's samples, flattened from its manifest.
 - ``order.py``: an epoch's order of samples and of the documents inside them.
@@ -18,7 +19,8 @@
 from data_pipeline.streams.batch_stream import BatchStream, check_vocab
 from data_pipeline.streams.geometry import IGNORE_INDEX, ORDERS
 from data_pipeline.streams.mix_state import StreamStateError
-from data_pipeline.streams.mixing import MixedStreams, MixSource, Reading, check_same_vocabulary
+from data_pipeline.streams.mixing import MixedStreams, MixSource, check_same_vocabulary
+from data_pipeline.streams.reading import Reading
 from data_pipeline.streams.text_batches import TextBatches
 from data_pipeline.streams.token_streams import TokenStreams
 

@@ -39,11 +39,15 @@ from data_pipeline.streams.mix_rows import MixRows, RowCursor
 from data_pipeline.streams.mix_schedule import MixSchedule
 from data_pipeline.streams.mix_state import STATE_KIND, check_mix_state
 from data_pipeline.streams.prefetch import Prefetcher
-from data_pipeline.streams.shares import DEFAULT_READING, CorpusShares, MixSource, Reading
+from data_pipeline.streams.reading import DEFAULT_READING, Reading
+from data_pipeline.streams.shares import CorpusShares, MixSource
 
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 2
+BLOCK_TOKENS = 1 << 16
+"""Tokens per rank in one block where Reading leaves it open: a walk over documents in Python
+is slower than TokenStreams' array reads, so its blocks are smaller."""
 
 
 def check_same_vocabulary(names: list[str], manifests: list[Manifest]) -> None:
@@ -111,7 +115,7 @@ class MixedStreams(BatchStream):
             [m.tokens / m.documents for m in manifests],
             [c.document_lengths() for c in self.corpora],
         )
-        steps_per_block = max(1, reading.block_tokens // (rows_per_rank * tgt_len))
+        steps_per_block = reading.steps_per_block(rows_per_rank, tgt_len, BLOCK_TOKENS)
         self.walk = MixRows(self.corpora, self.schedule, self.local_rows, tgt_len, steps_per_block)
         self.seed = seed
         starts = self.schedule.starts(seed, self.global_rows)

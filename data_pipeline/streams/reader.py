@@ -11,7 +11,7 @@ from data_pipeline.shards.errors import (
     ShardTruncatedError,
     SourceUnreachableError,
 )
-from data_pipeline.shards.format import decode_sample
+from data_pipeline.shards.samples import decode_sample
 from data_pipeline.shards.storage import Retry, transient
 from data_pipeline.streams.order import EpochOrder, shuffle_documents
 from data_pipeline.streams.table import SampleTable

@@ -10,9 +10,10 @@ import numpy as np
 
 from data_pipeline.shards.errors import DataError, ShardCorruptError
 from data_pipeline.shards.format import Manifest
-from data_pipeline.shards.storage import DEFAULT_RETRY, Retry, filesystem
+from data_pipeline.shards.storage import filesystem
 from data_pipeline.streams.order import EpochOrder, shuffle_documents
 from data_pipeline.streams.reader import SampleReader
+from data_pipeline.streams.reading import Reading
 from data_pipeline.streams.table import SampleTable
 
 
@@ -28,22 +29,6 @@ class MixSource:
     """Share of the tokens, relative to the other sources' weights."""
 
 
-@dataclass(frozen=True)
-class Reading:
-    """How the corpora are read: storage, retries, and how far ahead."""
-
-    storage_options: dict | None = None
-    """fsspec storage options of the corpora's URLs."""
-    retry: Retry = DEFAULT_RETRY
-    """Retries of remote reads."""
-    prefetch: int = 2
-    """Blocks read ahead in the background."""
-    block_tokens: int = 1 << 16
-    """Tokens per rank read in one block (a walk over documents in Python: smaller blocks than
-    TokenStreams', so the prefetch stays a few hundred steps ahead)."""
-
-
-DEFAULT_READING = Reading()
 LENGTH_SAMPLES = 256
 """Samples, spread evenly over a corpus, whose documents' lengths stand for all of its own (read
 from the samples' length arrays alone: a few hundred small reads)."""

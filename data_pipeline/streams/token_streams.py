@@ -31,12 +31,13 @@ State: ``state_dict()`` is ``{epoch, step, seed, order, global_rows, tgt_len}`` 
 O(1) and independent of the world size, so a state saved with world size 2 resumes on world size
 1 (same global rows) with identical global batches.
 
-Reading: a background thread reads blocks of about ``block_tokens`` tokens per rank ahead (a
-bounded queue of ``prefetch`` blocks). For a block it maps each row's token range to samples
-with ``np.searchsorted`` over cumulative sample sizes and fetches only the samples it needs, each
-with one ranged read (runs of neighbouring samples of one shard coalesce into one read; all
-reads of a block go out in one ``fs.cat_ranges`` call, concurrent for HTTP and S3). Every sample
-read is checked for length and CRC-32; errors name the shard and sample and reach the consumer.
+Reading (``reading=Reading(...)``, as a mix's): a background thread reads blocks of about
+``block_tokens`` tokens per rank ahead (a bounded queue of ``prefetch`` blocks). For a block it
+maps each row's token range to samples with ``np.searchsorted`` over cumulative sample sizes and
+fetches only the samples it needs, each with one ranged read (runs of neighbouring samples of one
+shard coalesce into one read; all reads of a block go out in one ``fs.cat_ranges`` call,
+concurrent for HTTP and S3). Every sample read is checked for length and CRC-32; errors name the
+shard and sample and reach the consumer.
 """
 
 from __future__ import annotations
@@ -50,15 +51,18 @@ from data_pipeline.shards.errors import (
     DataError,
 )
 from data_pipeline.shards.format import load_manifest
-from data_pipeline.shards.storage import DEFAULT_RETRY, Retry, filesystem
+from data_pipeline.shards.storage import filesystem
 from data_pipeline.streams.batch_stream import BatchStream, check_vocab
 from data_pipeline.streams.geometry import IGNORE_INDEX, Geometry, check_layout
 from data_pipeline.streams.order import EpochOrder
 from data_pipeline.streams.prefetch import Block, Prefetcher
 from data_pipeline.streams.reader import SampleReader
+from data_pipeline.streams.reading import DEFAULT_READING, Reading
 from data_pipeline.streams.table import SampleTable
 
 STATE_VERSION = 1
+BLOCK_TOKENS = 1 << 22
+"""Tokens per rank in one block where Reading leaves it open."""
 
 
 class TokenStreams(BatchStream):
@@ -77,21 +81,19 @@ class TokenStreams(BatchStream):
         tail: bool = False,
         epochs: int | None = None,
         expected_vocab_size: int | None = None,
-        storage_options: dict | None = None,
-        retry: Retry = DEFAULT_RETRY,
-        prefetch: int = 2,
-        block_tokens: int = 1 << 22,
+        reading: Reading = DEFAULT_READING,
     ):
         check_layout(order, rank, world_size, rows_per_rank, tgt_len)
         self.url, self.rank, self.rows = manifest_url, rank, rows_per_rank
         self.seed, self.order, self.tail, self.epochs = seed, order, tail, epochs
-        self.prefetch, self.retry = prefetch, retry
-        self.manifest = load_manifest(manifest_url, storage_options, retry)
+        self.prefetch, self.retry = reading.prefetch, reading.retry
+        options, retry = reading.storage_options, reading.retry
+        self.manifest = load_manifest(manifest_url, options, retry)
         if expected_vocab_size is not None:
             self.check_vocab(expected_vocab_size)
-        self.fs, _ = filesystem(manifest_url, storage_options, retry)
+        self.fs, _ = filesystem(manifest_url, options, retry)
         self.table = SampleTable(self.manifest, manifest_url)
-        self.reader_paths = [filesystem(u, storage_options, retry)[1] for u in self.table.urls]
+        self.reader_paths = [filesystem(u, options, retry)[1] for u in self.table.urls]
         self.geometry = Geometry.of(self.manifest.tokens, world_size * rows_per_rank, tgt_len, tail)
         if self.geometry.steps == 0:
             raise DataError(
@@ -99,7 +101,7 @@ class TokenStreams(BatchStream):
                 f"{self.geometry.global_rows} rows of {tgt_len}+1 tokens; use fewer rows or "
                 f"a shorter tgt_len"
             )
-        self.steps_per_block = max(1, block_tokens // (rows_per_rank * tgt_len))
+        self.steps_per_block = reading.steps_per_block(rows_per_rank, tgt_len, BLOCK_TOKENS)
         self.next_epoch, self.next_step = 0, 0
         self.epoch, self.step, self.new_epoch = 0, -1, False
 

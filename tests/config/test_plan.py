@@ -7,11 +7,11 @@ import pytest
 
 from tests.config.presets import PRESETS, preset
 from tests.conftest import REPO_ROOT
-from txl_dist.cli.export import readme
 from txl_dist.cli.inspect_model import inspect_config
 from txl_dist.config.loading import apply_overrides
 from txl_dist.config.sections import run_config_from_dict
 from txl_dist.engine.checkpoint import CheckpointState
+from txl_dist.engine.checkpoint.card import readme
 from txl_dist.engine.checkpoint.consolidate import open_checkpoint
 from txl_dist.model.accounting import activation_bytes_per_row
 from txl_dist.schema import ConfigError

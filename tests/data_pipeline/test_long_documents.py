@@ -16,6 +16,7 @@ from data_pipeline.prepare.verify import verify
 from data_pipeline.shards.errors import ManifestError
 from data_pipeline.shards.format import FORMAT_VERSION, Manifest, load_manifest, manifest_url
 from data_pipeline.shards.writer import ShardSink
+from data_pipeline.streams.reading import Reading
 from data_pipeline.streams.token_streams import TokenStreams
 
 from . import paper_inputs as pi
@@ -119,7 +120,7 @@ def decoded_tokens(root, shard) -> np.ndarray:
 def epoch(url: str, rank: int, order: str, **kw) -> list[np.ndarray]:
     """Every batch of one epoch of one of 2 ranks (2 rows of 64 each, blocks of 16 steps)."""
     stream = TokenStreams(url, 2, 64, rank, 2, seed=3, order=order, epochs=1,
-                          block_tokens=2 * 64 * 16, **kw)  # fmt: skip
+                          reading=Reading(block_tokens=2 * 64 * 16), **kw)  # fmt: skip
     return [np.concatenate([x.numpy(), y[:, -1:].numpy()], axis=1) for x, y in stream]
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from data_pipeline import (
     ManifestError,
+    Reading,
     SourceUnreachableError,
     TokenStreams,
     load_manifest,
@@ -186,7 +187,7 @@ def test_errors_over_http_name_the_url_without_its_password(tmp_path, http_serve
     missing = f"{base}/data/valid/manifest.json"
     masked = missing.replace(f"alice:{PASSWORD}", REDACTED)
     with pytest.raises(ManifestError) as err:
-        TokenStreams(missing, 2, 10, storage_options=options)
+        TokenStreams(missing, 2, 10, reading=Reading(storage_options=options))
     assert shown(err) == f"manifest {masked} not found; run txl-prepare to (re)create it"
     with pytest.raises(SourceUnreachableError) as err:
         verify(f"{base}/data", options)

@@ -9,7 +9,7 @@ import sys
 import fsspec
 import torch
 
-from data_pipeline import TokenStreams, load_manifest, manifest_url, prepare, verify
+from data_pipeline import Reading, TokenStreams, load_manifest, manifest_url, prepare, verify
 from tests.processes import run
 
 from .conftest import SMALL
@@ -17,7 +17,7 @@ from .conftest import SMALL
 
 def first_batches(url: str, **kw) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """300 batches of rank 1 of 2 (crossing shards and an epoch), small read blocks."""
-    stream = TokenStreams(url, 3, 128, 1, 2, block_tokens=4000, **kw)
+    stream = TokenStreams(url, 3, 128, 1, 2, reading=Reading(block_tokens=4000, **kw))
     return list(itertools.islice(stream, 300))
 
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from txl_dist.config.sections import OptimConfig
+from txl_dist.config.optim import OptimConfig
 from txl_dist.engine.schedule import lr_multiplier
 
 

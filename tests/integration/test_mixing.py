@@ -25,9 +25,9 @@ from tokenizers import Tokenizer
 from data_pipeline import load_manifest, manifest_url, prepare
 from data_pipeline.corpora.subword import TOKENIZER_FILE, Subword
 from data_pipeline.streams.text_batches import TextBatches
-from tests.cli.test_export import HOSTILE, assert_renders_as_text
 from tests.data_pipeline.corpora.test_records import write_jsonl
 from tests.data_pipeline.corpora.test_subword import renamed_end_token
+from tests.engine.checkpoint.test_card import HOSTILE, assert_renders_as_text
 from tests.integration.runs import records, train
 from txl_dist.cli import evaluate, generate
 from txl_dist.cli.export import export

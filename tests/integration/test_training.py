@@ -44,8 +44,8 @@ from tests.integration.runs import (
 from txl_dist.config.loading import load_run_config
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint.parts.memory import rows_of
+from txl_dist.engine.checkpoint.size import checkpoint_bytes
 from txl_dist.logs import ranks
-from txl_dist.process import preflight
 
 # ---- ZeRO stages ----
 
@@ -490,7 +490,7 @@ def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_previous_checkpoint(
         config = load_run_config(
             str(REPO_ROOT / "configs" / "tiny.json"), [f"data.path={wikitext}"]
         )
-        needed = preflight.checkpoint_bytes(config)
+        needed = checkpoint_bytes(config)
         assert re.fullmatch(
             f"checkpoint error: no space left in {checkpoints} for checkpoint global_step2: one "
             f"checkpoint needs about {needed:,.0f} bytes, [0-9,]+ are free; free space or move "

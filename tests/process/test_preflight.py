@@ -8,6 +8,7 @@ import pytest
 from data_pipeline.cli import main as prepare_main
 from tests.conftest import REPO_ROOT
 from txl_dist.config.loading import load_run_config
+from txl_dist.engine.checkpoint.size import checkpoint_bytes
 from txl_dist.process import preflight
 from txl_dist.schema import ConfigError
 
@@ -56,17 +57,22 @@ def config(data: Path, out_dir: Path, *overrides: str):
     return load_run_config(str(REPO_ROOT / "configs" / "tiny.json"), settings)
 
 
+def check_before_training(cfg) -> None:
+    """The check as the pretrain command runs it, with the checkpoint size estimated."""
+    return preflight.check_before_training(cfg, checkpoint_bytes(cfg))
+
+
 def test_prepared_splits_and_a_writable_out_dir_pass(data, tmp_path):
     out_dir = tmp_path / "new" / "run"
-    assert preflight.check_before_training(config(data, out_dir, "data.test_split=null")) is None
+    assert check_before_training(config(data, out_dir, "data.test_split=null")) is None
     assert out_dir.is_dir() and not list(out_dir.iterdir())  # made; its write probe left nothing
     cfg = config(data, out_dir, "data.test_split=null", "data.valid_split=null")
-    assert preflight.check_before_training(cfg) is None  # every split but train may be null
+    assert check_before_training(cfg) is None  # every split but train may be null
 
 
 def test_a_missing_split_names_the_setting_and_how_to_skip_it(data, tmp_path):
     with pytest.raises(ConfigError) as err:
-        preflight.check_before_training(config(data, tmp_path / "run"))
+        check_before_training(config(data, tmp_path / "run"))
     message = str(err.value)
     assert message.startswith("data.test_split=test: manifest ")
     assert message.endswith("or skip it with --set data.test_split=null") and "\n" not in message
@@ -74,7 +80,7 @@ def test_a_missing_split_names_the_setting_and_how_to_skip_it(data, tmp_path):
 
 def test_a_vocabulary_that_differs_from_the_model_is_refused(data, tmp_path):
     with pytest.raises(ConfigError, match=r"data.train_split=train: .*the model has 1000"):
-        preflight.check_before_training(
+        check_before_training(
             config(data, tmp_path / "run", "data.test_split=null", "model.n_token=1000")
         )
 
@@ -83,7 +89,7 @@ def test_an_out_dir_that_cannot_be_created_is_refused(data, tmp_path):
     (tmp_path / "file").write_text("not a directory")
     cfg = config(data, tmp_path / "file" / "run", "data.test_split=null")
     with pytest.raises(ConfigError, match=r"train.out_dir=.*file/run is not writable"):
-        preflight.check_before_training(cfg)
+        check_before_training(cfg)
 
 
 def test_an_out_dir_without_room_for_one_checkpoint_is_refused(tmp_path):
@@ -104,7 +110,7 @@ def test_a_mix_checks_every_corpus_and_refuses_two_vocabularies(
         return "data.mix=" + json.dumps(corpora)
 
     same = config(data, tmp_path / "run", "data.test_split=null", "data.path=null", mix(data))
-    assert preflight.check_before_training(same) is None
+    assert check_before_training(same) is None
     for second in (other_data, fewer_words):  # another order; another size, not an n_token hint
         other = config(
             data, tmp_path / "run", "data.test_split=null", "data.path=null", mix(second)
@@ -112,7 +118,7 @@ def test_a_mix_checks_every_corpus_and_refuses_two_vocabularies(
         with pytest.raises(
             ConfigError, match=r"^data\.mix: corpora wiki and again have different vocab"
         ):
-            preflight.check_before_training(other)
+            check_before_training(other)
     missing = config(data, tmp_path / "run", "data.path=null", mix(data))
     with pytest.raises(ConfigError, match=r"^data\.test_split=test: manifest "):
-        preflight.check_before_training(missing)
+        check_before_training(missing)

@@ -25,6 +25,7 @@ from txl_dist.config.loading import load_run_config, naming_txl_set
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine import checkpoint, run_dir
 from txl_dist.engine.build import build_trainer
+from txl_dist.engine.checkpoint.size import checkpoint_bytes
 from txl_dist.engine.health.rollback import LossSpikeError
 from txl_dist.engine.health.stragglers import STRAGGLER_EXIT_CODE
 from txl_dist.engine.init_from import checked_source
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
         # train.init_from seeds step 0 only: a resume continues from its checkpoint's weights.
         # Checked before preflight makes train.out_dir: a refusal leaves no empty run directory.
         source = checked_source(config) if point is None else None
-        preflight.check_before_training(config)
+        preflight.check_before_training(config, checkpoint_bytes(config))
         if point is not None and config.train.init_from and world.is_main:
             log.info(
                 f"train.init_from={config.train.init_from} not loaded: resuming {point.tag}, "

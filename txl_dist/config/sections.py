@@ -1,4 +1,5 @@
-"""The run config's typed sections: model, data, optim, train, deepspeed, wandb, logging.
+"""The run config's typed sections: model, data (data.py), optim (optim.py), train, deepspeed,
+wandb, logging, stragglers (stragglers.py), spikes (spikes.py).
 
 Every section is a dataclass that txl_dist/schema.py builds from JSON, refusing unknown keys
 (naming the closest valid one) and values of the wrong type (naming the expected type); each
@@ -10,11 +11,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
-import sys
 from typing import Any
 
-from data_pipeline import ORDERS, Retry, redact
+from data_pipeline import redact
+from txl_dist.config.data import DataConfig
+from txl_dist.config.optim import OptimConfig
 from txl_dist.config.plan import DeepSpeedSection, RunPlan, plan_run
 from txl_dist.config.spikes import SpikesConfig
 from txl_dist.config.stragglers import StragglerConfig
@@ -23,124 +24,7 @@ from txl_dist.schema import section_from_dict
 
 # ---- the run config: one JSON file, sections model, data, optim, train, deepspeed, logging ----
 
-SCHEDULES = ("cosine", "inv_sqrt", "constant")
-OPTIMIZERS = ("adam", "adamw", "lamb")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
-
-
-@dataclasses.dataclass
-class MixCorpus:
-    """One corpus of a weighted mix (data.mix)."""
-
-    name: str
-    """Short name: the key of mix_tokens and the corpus field of its evaluation rows."""
-    path: str
-    """Root URL of its dataset prepared by txl-prepare."""
-    weight: float
-    """Share of the training tokens, relative to the other corpora's weights."""
-
-
-@dataclasses.dataclass
-class DataConfig:
-    """Where the prepared dataset is (or the weighted corpora) and how documents are ordered."""
-
-    path: str | None = None
-    """Root URL of a dataset prepared by txl-prepare (any fsspec URL or local path)."""
-    mix: list[MixCorpus] | None = None
-    """Instead of path: corpora mixed by weight, every row still one stream (docs/own-corpora)."""
-    dataset: str = "wikitext-103"
-    """Name of the corpus, recorded with checkpoints and exports."""
-    order: str = "corpus"
-    """Document order per epoch: corpus (WikiText) or a seeded shuffle (lm1b)."""
-    train_split: str = "train"
-    """Split trained on."""
-    valid_split: str | None = "valid"
-    """Split of the periodic and final evaluation; null skips them."""
-    test_split: str | None = "test"
-    """Split of the final evaluation; null skips it."""
-    storage_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """fsspec storage options (e.g. S3 endpoint_url, key, secret)."""
-    read_attempts: int = 6
-    """Tries per HTTP/S3 read of a shard or manifest before a reset, 5xx or stall is an error."""
-    read_timeout_s: float = 60.0
-    """Seconds a remote connect or read may stall before that try counts as failed."""
-
-    def __post_init__(self) -> None:
-        self.check_sources()
-        if self.order not in ORDERS:
-            names = " or ".join(map(repr, ORDERS))
-            raise ValueError(f"data.order must be {names}, got {self.order!r}")
-        if self.read_attempts < 1 or self.read_timeout_s <= 0:
-            raise ValueError(
-                f"data.read_attempts must be >= 1 and data.read_timeout_s > 0, got "
-                f"{self.read_attempts} and {self.read_timeout_s}"
-            )
-
-    def check_sources(self) -> None:
-        """Exactly one of path and mix; a mix has unique names and finite positive weights whose
-        sum is a normal float (the draw's thresholds divide by it)."""
-        if self.path is None and self.mix is None:
-            raise ValueError("missing key data.path (or data.mix, a list of corpora to mix)")
-        if self.path is not None and self.mix is not None:
-            raise ValueError("data.path and data.mix are both set; keep one of them")
-        if self.mix is None:
-            return
-        if not self.mix:
-            raise ValueError("data.mix is empty; list at least one {name, path, weight}")
-        names = [c.name for c in self.mix]
-        if twice := sorted({n for n in names if names.count(n) > 1}):
-            raise ValueError(f"data.mix names must be unique, {', '.join(twice)} appears twice")
-        for i, corpus in enumerate(self.mix):
-            if not (math.isfinite(corpus.weight) and corpus.weight > 0):
-                raise ValueError(
-                    f"data.mix[{i}].weight must be a finite number > 0, got {corpus.weight}"
-                )
-        total = sum(c.weight for c in self.mix)
-        if not sys.float_info.min <= total <= sys.float_info.max:
-            weights = ", ".join(str(c.weight) for c in self.mix)
-            raise ValueError(
-                f"data.mix weights ({weights}) sum to {total}, beyond the range of normal "
-                "floats; give them as shares such as 0.7 and 0.3"
-            )
-
-    @property
-    def root(self) -> str:
-        """The dataset root, or the first mixed corpus's (mixed corpora share one vocabulary)."""
-        return self.path if self.mix is None else self.mix[0].path
-
-    def retry(self) -> Retry:
-        """How shard and manifest reads ride out a flaky store."""
-        return Retry(attempts=self.read_attempts, timeout_s=self.read_timeout_s)
-
-
-@dataclasses.dataclass
-class OptimConfig:
-    """Optimizer and learning-rate schedule (clipping is deepspeed.gradient_clipping)."""
-
-    name: str = "adam"
-    """adam, adamw or lamb."""
-    lr: float = 2.5e-4
-    """Peak learning rate."""
-    betas: list[float] = dataclasses.field(default_factory=lambda: [0.9, 0.999])
-    """Adam betas."""
-    eps: float = 1e-8
-    """Adam epsilon."""
-    weight_decay: float = 0.0
-    """Weight decay (decoupled for adamw)."""
-    schedule: str = "cosine"
-    """cosine (to min_lr at train.max_steps), inv_sqrt or constant, after linear warm-up."""
-    warmup_steps: int = 0
-    """Optimizer steps of linear warm-up from 0 to lr."""
-    min_lr: float = 0.0
-    """Floor of the cosine schedule (the reference's eta_min)."""
-
-    def __post_init__(self) -> None:
-        if self.name not in OPTIMIZERS:
-            raise ValueError(f"optim.name must be one of {OPTIMIZERS}, got {self.name!r}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"optim.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if len(self.betas) != 2:
-            raise ValueError(f"optim.betas needs two values, got {self.betas}")
 
 
 @dataclasses.dataclass

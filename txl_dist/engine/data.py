@@ -18,10 +18,16 @@ from data_pipeline import (
     manifest_url,
     root_tokenizer,
 )
+from txl_dist.config.data import DataConfig
 from txl_dist.config.sections import RunConfig
 from txl_dist.process.dist import World
 
 log = logging.getLogger(__name__)
+
+
+def reading(data: DataConfig) -> Reading:
+    """How the run's streams read its corpora: data.storage_options and data's retries."""
+    return Reading(storage_options=data.storage_options, retry=data.retry())
 
 
 def open_streams(
@@ -46,8 +52,7 @@ def open_streams(
         order=data.order,
         tail=tail,
         expected_vocab_size=config.model.n_token,
-        storage_options=data.storage_options,
-        retry=data.retry(),
+        reading=reading(data),
     )
 
 
@@ -60,7 +65,7 @@ def open_training_streams(config: RunConfig, world: World, rows: int) -> BatchSt
         [MixSource(c.name, manifest_url(c.path, data.train_split), c.weight) for c in data.mix],
         rows_per_rank=rows,
         tgt_len=config.model.tgt_len,
-        reading=Reading(storage_options=data.storage_options, retry=data.retry()),
+        reading=reading(data),
         rank=world.rank,
         world_size=world.world_size,
         seed=config.train.seed,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from txl_dist.config.sections import OptimConfig
+from txl_dist.config.optim import OptimConfig
 
 
 def lr_multiplier(optim: OptimConfig, max_steps: int) -> Callable[[int], float]:

@@ -15,19 +15,16 @@ import torch
 
 from data_pipeline import DataError, check_same_vocabulary, check_vocab, load_manifest, manifest_url
 from txl_dist.config.sections import RunConfig
-from txl_dist.model.accounting import ZERO_STAGES, build_on_meta, count_parameters
 from txl_dist.schema import ConfigError
 
-# Model-state bytes per parameter that one checkpoint holds over all ranks: the weights plus
-# fp32 master weights and Adam's two moments (ZeRO-0's mixed-precision figure).
-CHECKPOINT_BYTES_PER_PARAMETER = ZERO_STAGES[0](1)
 
-
-def check_before_training(config: RunConfig) -> None:
-    """Raise ConfigError naming the setting and the fix for the first problem found."""
+def check_before_training(config: RunConfig, needed_bytes: float) -> None:
+    """Raise ConfigError naming the setting and the fix for the first problem found;
+    `needed_bytes`: one checkpoint's size (engine/checkpoint/size.py estimates it; the engine
+    imports this package, so the caller passes it in)."""
     check_device(config)
     check_splits(config)
-    check_out_dir(config.train.out_dir, checkpoint_bytes(config))
+    check_out_dir(config.train.out_dir, needed_bytes)
 
 
 def check_device(config: RunConfig) -> None:
@@ -64,12 +61,6 @@ def check_splits(config: RunConfig) -> None:
             raise ConfigError(f"data.{key}={split}: {err}{skip}") from err
 
 
-def checkpoint_bytes(config: RunConfig) -> float:
-    """An estimate of one checkpoint's size: model states of every parameter."""
-    parameters, _ = count_parameters(build_on_meta(config.model))
-    return parameters * CHECKPOINT_BYTES_PER_PARAMETER
-
-
 def check_out_dir(out_dir: str, needed_bytes: float) -> None:
     """out_dir can be created, written, and has room for one checkpoint."""
     try:
@@ -97,7 +88,7 @@ class DiskRoom:
     free: int
     """Bytes free where the checkpoint goes."""
     needed: float
-    """Bytes one checkpoint needs (checkpoint_bytes)."""
+    """Bytes one checkpoint needs (engine/checkpoint/size.py's estimate)."""
 
     @classmethod
     def of(cls, directory: str, needed_bytes: float) -> DiskRoom:

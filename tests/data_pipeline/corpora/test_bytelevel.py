@@ -8,7 +8,7 @@ import pytest
 from tokenizers import AddedToken, Tokenizer, normalizers
 
 from data_pipeline.cli import main as prepare_main
-from data_pipeline.corpora import bytelevel, records
+from data_pipeline.corpora import bytelevel, jsonl
 from data_pipeline.corpora.subword import Subword
 
 from .test_records import assert_split_is_the_library_encoding, write_jsonl
@@ -128,7 +128,7 @@ class Compiles:
 def test_a_new_character_in_every_batch_costs_no_recompile_each(
     tmp_path, lm1b_sentences, monkeypatch, kind
 ):
-    monkeypatch.setattr(records, "STREAM_RECORDS", 4)  # a batch of 4 records: many batches
+    monkeypatch.setattr(jsonl, "STREAM_RECORDS", 4)  # a batch of 4 records: many batches
     new = NEW_CHARACTERS[kind]
     documents = [
         f"{sentence} {new[k // 4]}x{new[k // 4]}5 " if k % 4 == 0 else sentence

@@ -12,6 +12,7 @@ from data_pipeline import (
     ChecksumError,
     DataError,
     ManifestError,
+    Reading,
     ShardCorruptError,
     ShardMissingError,
     ShardTruncatedError,
@@ -29,7 +30,9 @@ from tests.processes import run
 
 def read_epoch(root) -> None:
     """Stream one whole epoch of the valid split (2 ranks' worth of rows on one rank)."""
-    for _ in TokenStreams(manifest_url(str(root), "valid"), 4, 100, epochs=1, block_tokens=3000):
+    for _ in TokenStreams(
+        manifest_url(str(root), "valid"), 4, 100, epochs=1, reading=Reading(block_tokens=3000)
+    ):
         pass
 
 
@@ -92,7 +95,7 @@ def test_model_vocab_size_mismatch(wt103):
 def test_unreachable_url(refused_url):
     url = f"{refused_url}/data/valid/manifest.json"
     with pytest.raises(SourceUnreachableError, match=f"cannot read manifest {url}"):
-        TokenStreams(url, 2, 10, retry=Retry(attempts=2, first_wait_s=0.01))
+        TokenStreams(url, 2, 10, reading=Reading(retry=Retry(attempts=2, first_wait_s=0.01)))
 
 
 def test_missing_manifest(tmp_path):

@@ -11,7 +11,13 @@ import fsspec
 import pytest
 import torch
 
-from data_pipeline import SourceUnreachableError, TokenStreams, load_manifest, manifest_url
+from data_pipeline import (
+    Reading,
+    SourceUnreachableError,
+    TokenStreams,
+    load_manifest,
+    manifest_url,
+)
 from data_pipeline.shards.storage import Retry, with_retries
 
 # Fast retries for tests; the defaults wait seconds.
@@ -20,7 +26,7 @@ BATCHES = 100  # rank 1 of 2, 3 rows of 128, blocks of 10 steps: 10 blocks, each
 
 
 def batches(url: str, n: int = BATCHES, **kw) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    stream = TokenStreams(url, 3, 128, 1, 2, block_tokens=4000, prefetch=1, **kw)
+    stream = TokenStreams(url, 3, 128, 1, 2, reading=Reading(block_tokens=4000, prefetch=1, **kw))
     return list(itertools.islice(stream, n))
 
 
@@ -94,7 +100,9 @@ def test_s3_gives_up_after_the_configured_attempts(s3_valid, flaky_proxy):
 def read_while_the_server_dies(proxy, url: str, comes_back: bool, **kw) -> tuple[list, int]:
     """Batches of a stream whose server is killed after 20 batches (and started again 1 s later),
     and the number of requests the server had seen when it died."""
-    stream = iter(TokenStreams(url, 3, 128, 1, 2, block_tokens=4000, prefetch=1, **kw))
+    stream = iter(
+        TokenStreams(url, 3, 128, 1, 2, reading=Reading(block_tokens=4000, prefetch=1, **kw))
+    )
     got = list(itertools.islice(stream, 20))
     proxy.kill()
     seen = len(proxy.requests())

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import itertools
-import sys
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from data_pipeline import IGNORE_INDEX, TokenStreams, Vocab, VocabMismatchError, manifest_url
+from data_pipeline import (
+    IGNORE_INDEX,
+    Reading,
+    TokenStreams,
+    Vocab,
+    manifest_url,
+)
 from tests.data_pipeline.conftest import decoded_split
-from tests.processes import python_ranks, run
+from tests.processes import python_ranks
 
 
 def split_ids(root: Path, split: str) -> np.ndarray:
@@ -49,7 +53,7 @@ def global_batches(url, world, rows, tgt_len, steps=None, **kw) -> list[torch.Te
 def test_rows_are_contiguous_and_cover_the_epoch(wt103, world, rows, tgt_len, block_tokens):
     ref = split_ids(wt103, "valid")
     url = manifest_url(str(wt103), "valid")
-    batches = global_batches(url, world, rows, tgt_len, block_tokens=block_tokens)
+    batches = global_batches(url, world, rows, tgt_len, reading=Reading(block_tokens=block_tokens))
     global_rows = world * rows
     stride = len(ref) // global_rows
     assert len(batches) == (stride - 1) // tgt_len
@@ -99,14 +103,14 @@ def test_tail_iterates_a_full_pass_each_time(wt103_valid):
 
 
 def test_resume_after_k_batches_gives_the_same_next_batches(wt103_valid):
-    stream = TokenStreams(wt103_valid, 3, 40, block_tokens=500)
+    stream = TokenStreams(wt103_valid, 3, 40, reading=Reading(block_tokens=500))
     expected = list(itertools.islice(stream, 2 * stream.steps_per_epoch + 5))
-    stream = TokenStreams(wt103_valid, 3, 40, block_tokens=500)
+    stream = TokenStreams(wt103_valid, 3, 40, reading=Reading(block_tokens=500))
     k = stream.steps_per_epoch + 3  # resume inside the second epoch
     list(itertools.islice(stream, k))
     state = stream.state_dict()
     assert state["epoch"] == 1 and state["step"] == 3
-    resumed = TokenStreams(wt103_valid, 3, 40, block_tokens=500)
+    resumed = TokenStreams(wt103_valid, 3, 40, reading=Reading(block_tokens=500))
     resumed.load_state_dict(state)
     for (x, y), (ex, ey) in zip(itertools.islice(resumed, 20), expected[k:]):
         assert torch.equal(x, ex) and torch.equal(y, ey)
@@ -179,46 +183,3 @@ def test_two_processes_cover_the_same_as_one(wt103, tmp_path):
     assert len(single) == len(ranks[0])
     for step, (x, _) in enumerate(single):
         assert torch.equal(torch.cat([ranks[0][step], ranks[1][step]]), x)
-
-
-def test_prefetch_threads_stop(wt103_valid):
-    def prefetchers():
-        return [t for t in threading.enumerate() if t.name == "txl-data-prefetch"]
-
-    stream = TokenStreams(wt103_valid, 2, 50, prefetch=1, block_tokens=200)
-    it = iter(stream)
-    next(it)
-    assert len(prefetchers()) == 1
-    stream.close()
-    assert prefetchers() == []
-    it = iter(stream)
-    next(it)
-    iter(stream)  # a new iteration replaces the old one's thread
-    assert len(prefetchers()) == 1
-    stream.close()
-    assert prefetchers() == []
-
-
-def test_vocab_size_is_checked(wt103, wt103_valid):
-    n_token = len(Vocab.load(str(wt103 / "vocab.txt")))
-    stream = TokenStreams(wt103_valid, 2, 50, expected_vocab_size=n_token)
-    assert stream.vocab_size == n_token
-    with pytest.raises(
-        VocabMismatchError,
-        match=rf"valid/manifest.json.*vocabulary of {n_token} tokens, the model has 267735",
-    ):
-        TokenStreams(wt103_valid, 2, 50, expected_vocab_size=267_735)
-    with pytest.raises(VocabMismatchError, match=f"the model has {n_token - 1};"):
-        stream.check_vocab(n_token - 1)
-
-
-def test_interpreter_exits_with_an_unclosed_stream(wt103_valid):
-    script = (
-        "from data_pipeline import TokenStreams\n"
-        f"s = TokenStreams({wt103_valid!r}, 2, 50, prefetch=1, block_tokens=200)\n"
-        "it = iter(s)\n"
-        "next(it)\n"
-        "print('left open')\n"
-    )
-    done = run([sys.executable, "-c", script], timeout=60)
-    assert done.returncode == 0 and "left open" in done.stdout, done.stderr

@@ -23,8 +23,10 @@ complete checkpoint. Conversions are written the same way. A resume checks the r
     state.py         the layout's names, CheckpointState (txl.json)
     layout_v1.py     the reader of version 0 and 1 records
     checkpointer.py  Checkpointer: when a save is due, what it records; the loop's one call
+    size.py          one checkpoint's size, estimated from the config
     resume.py        finding an intact checkpoint and loading its parts into a run
     consolidate.py   reading a checkpoint for export: its weights from any ZeRO stage
+    card.py          the README an export carries (how the run trained, escaped text)
 """
 
 from txl_dist.engine.checkpoint.checkpointer import Checkpointer

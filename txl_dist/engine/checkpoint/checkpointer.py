@@ -5,19 +5,22 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch.distributed as dist
 
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint.parts import CheckpointPart, Place, rank_file
+from txl_dist.engine.checkpoint.size import checkpoint_bytes
 from txl_dist.engine.checkpoint.snapshot.background import BackgroundSave
 from txl_dist.engine.checkpoint.snapshot.budget import SnapshotBudget
 from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
+from txl_dist.engine.checkpoint.store.asynchronous import AsynchronousSave
 from txl_dist.engine.checkpoint.store.retention import prune
-from txl_dist.engine.checkpoint.store.transaction import SaveTransaction
-from txl_dist.process import preflight
+from txl_dist.engine.checkpoint.store.transaction import SaveTransaction, SynchronousSave
 from txl_dist.process.dist import World
+
+Save = TypeVar("Save", bound=SaveTransaction)
 
 
 @dataclass
@@ -64,7 +67,7 @@ class Checkpointer:
         budget = SnapshotBudget(engine, config.model, facts["rows_per_rank"], world)
         if config.train.async_save:
             budget.announce()
-        t, needed = config.train, preflight.checkpoint_bytes(config)
+        t, needed = config.train, checkpoint_bytes(config)
         directory = os.path.join(t.out_dir, CHECKPOINT_DIR)
         return cls(parts, facts, world, directory, t.save_interval, t.keep_last, needed, budget,
                    resumed_step, async_save=t.async_save)  # fmt: skip
@@ -94,12 +97,13 @@ class Checkpointer:
         its path. Raises CheckpointSaveError on every rank if any rank fails; with async_save,
         this or the previous save, once the previous one's background part ended."""
         self.wait()
-        transaction = self._transaction(state)
         if not (self.async_save and self.budget.room_for_snapshot(state.step)):
-            return self._published(transaction.run(), state)
+            return self._published(self._transaction(SynchronousSave, state).run(), state)
         if self._group is None:  # every rank saves at the same steps: a collective is safe
             self._group = dist.new_group(backend="gloo")
-        transaction.group, transaction.arena = self._group, self.budget.arena
+        transaction = self._transaction(
+            AsynchronousSave, state, group=self._group, arena=self.budget.arena
+        )
         transaction.take_snapshot()
         self._background = BackgroundSave(
             lambda serialized: self._published(transaction.complete(serialized), state)
@@ -127,9 +131,11 @@ class Checkpointer:
         if background is not None:
             background.wait()
 
-    def _transaction(self, state: CheckpointState) -> SaveTransaction:
+    def _transaction(self, kind: type[Save], state: CheckpointState, **background: Any) -> Save:
+        """A save of `kind` of `state` and every part's files; `background`: an asynchronous
+        save's process group and host memory."""
         placed = {place: [p for p in self.parts if p.place is place] for place in Place}
-        return SaveTransaction(
+        return kind(
             engine=placed[Place.DEEPSPEED][0].state_dict(),
             directory=self.directory,
             state=state,
@@ -139,6 +145,7 @@ class Checkpointer:
             main_files={p.name: p.state_dict() for p in placed[Place.MAIN_FILE]},
             needed_bytes=self.needed_bytes,
             after_phase=self.after_phase,
+            **background,
         )
 
     def _published(self, tag: str, state: CheckpointState) -> str:

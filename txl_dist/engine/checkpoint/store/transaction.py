@@ -16,11 +16,9 @@ After each phase the ranks agree (an all-gather of every rank's outcome): if any
 every rank removes the partial directory and raises CheckpointSaveError, and `latest` still
 names the previous checkpoint. A kill at any moment leaves `latest` naming a complete one.
 
-An asynchronous save (background.py) divides them: `prepare` and `snapshot` (DeepSpeed's state
-dicts of the live tensors, kept, and the rank files serialized) on the training thread, then
-`serialize` (the kept state dicts into host memory, while the next step's forward and backward
-run), `write` (of the snapshot) to `publish` on a background thread of the lowest priority,
-agreeing over a process group of its own.
+`SaveTransaction` holds the phases both kinds of save share and how the ranks agree;
+`SynchronousSave` writes on the training thread (`run`), and an asynchronous save
+(asynchronous.py) divides the phases between the training thread and a background one.
 """
 
 from __future__ import annotations
@@ -29,19 +27,13 @@ import dataclasses
 import errno
 import os
 import shutil
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as dist
 
-from txl_dist.engine.checkpoint.snapshot.arena import HostArena, HostFile, serialized
-from txl_dist.engine.checkpoint.snapshot.background import (
-    SerializingEngine,
-    save_to,
-    serializing,
-)
+from txl_dist.engine.checkpoint.snapshot.background import save_to, serializing
 from txl_dist.engine.checkpoint.state import (
     CLIENT_FILE,
     LATEST,
@@ -71,7 +63,8 @@ class CheckpointSaveError(RuntimeError):
 
 @dataclass
 class SaveTransaction:
-    """The save of `state.step` by this rank, in phases every rank passes together."""
+    """The save of `state.step` by this rank, in phases every rank passes together: what a
+    synchronous and an asynchronous save share (prepare, list, verify, publish, agreement)."""
 
     engine: Any
     """The DeepSpeed engine whose model and optimizer states are saved."""
@@ -86,17 +79,11 @@ class SaveTransaction:
     after_phase: Callable[[str, int], None] | None = None
     """Called with each phase's name and the step once every rank has passed it (tests stop
     or kill ranks there)."""
-    group: Any = None
-    """The process group the ranks agree over: None, the default one; a background save's
-    own, so that its collectives never interleave with training's."""
     main_files: dict[str, bytes] = dataclasses.field(default_factory=dict)
     """Files rank 0 writes besides its states, by name in the checkpoint (tokenizer.json)."""
-    snapshot: dict[str, bytes | HostFile] = dataclasses.field(default_factory=dict)
-    """This rank's files, by path, serialized for `complete` to write."""
-    arena: HostArena | None = None
-    """The host memory an asynchronous save serializes into (the run's, reused by each save)."""
-    kept: SerializingEngine | None = None
-    """DeepSpeed's state dicts kept by `take_snapshot`, serialized by `complete`."""
+    group: Any = None
+    """The process group the ranks agree over: None, the default one (a background save passes
+    its own, so that its collectives never interleave with training's)."""
 
     @property
     def tag(self) -> str:
@@ -109,32 +96,6 @@ class SaveTransaction:
     @property
     def latest_staging(self) -> str:
         return os.path.join(self.directory, LATEST + PARTIAL)
-
-    def run(self) -> str:
-        """Write the complete checkpoint from every rank; returns its tag.
-
-        Raises CheckpointSaveError on every rank if any rank fails (a full disk says so with
-        `needed_bytes`); the partial directory is then removed.
-        """
-        self._together("prepare", self._prepare)
-        written = self._together("write", self._write)
-        return self._check_and_publish(written)
-
-    def take_snapshot(self) -> None:
-        """The training thread's part of an asynchronous save: DeepSpeed's state dicts kept
-        (valid until the next optimizer update) and the rank files serialized. Raises
-        CheckpointSaveError on every rank if any rank fails."""
-        self._together("prepare", self._prepare)
-        self._together("snapshot", self._snapshot)
-
-    def complete(self, serialized: threading.Event) -> str:
-        """The background part of an asynchronous save, after `take_snapshot`: serialize the
-        kept state dicts into host memory, set `serialized` (the next optimizer update may
-        run), write the snapshot, then as `run`; returns the tag. Raises CheckpointSaveError on
-        every rank if any rank fails (BackgroundSave then sets `serialized`)."""
-        self._together("serialize", self._serialize, serialized)
-        written = self._together("write", self._write_snapshot)
-        return self._check_and_publish(written)
 
     def _check_and_publish(self, written: list[dict[str, dict[str, Any]]]) -> str:
         """The list, verify and publish phases, once every rank's files are written; `written`:
@@ -159,46 +120,9 @@ class SaveTransaction:
             os.makedirs(self.directory, exist_ok=True)
             new_directory(self.staging)
 
-    def _write(self) -> dict[str, dict[str, Any]]:
-        """This rank's DeepSpeed files and rank files, into the partial directory; returns the
-        record of the files written from memory (rank 0's main files)."""
-        own_directory(self.staging)
-        with serializing(self.engine, deferred=False):
-            self._save_deepspeed()
-        for name, value in self.rank_files.items():
-            save_to(value, os.path.join(self.staging, name))
-        return self._named(write_files(self._main_files()))
-
-    def _write_snapshot(self) -> dict[str, dict[str, Any]]:
-        """This rank's snapshot, into the partial directory; returns the record of its files."""
-        own_directory(self.staging)
-        snapshot, self.snapshot = self.snapshot, {}
-        return self._named(write_files(snapshot))
-
     def _named(self, records: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Records by path, by name in the checkpoint."""
         return {os.path.relpath(path, self.staging): record for path, record in records.items()}
-
-    def _snapshot(self) -> None:
-        """DeepSpeed's state dicts kept; the rank files (the next forward replaces the
-        memories) serialized into `snapshot`."""
-        with serializing(self.engine, deferred=True) as kept:
-            self._save_deepspeed()
-        self.kept = kept
-        self.arena.reuse()  # the previous save, if any, is written: its snapshot is dropped
-        rank_files = {
-            os.path.join(self.staging, name): serialized(value, self.arena)
-            for name, value in self.rank_files.items()
-        }
-        self.snapshot = {**rank_files, **self._main_files()}
-
-    def _serialize(self, serialized: threading.Event) -> None:
-        """The kept state dicts serialized into `snapshot`, beside the rank files; then this
-        rank's next update may run, without waiting for the other ranks' serialization (their
-        updates change only their own tensors, and this rank's through its collectives)."""
-        self.snapshot.update(self.kept.serialized_files(self.arena))
-        self.kept = None
-        serialized.set()
 
     def _save_deepspeed(self) -> None:
         """DeepSpeed's save of the model and optimizer into the partial directory."""
@@ -285,6 +209,30 @@ class SaveTransaction:
             )
         where = f"checkpoint {self.tag} in {self.directory}"
         return f"saving {where} failed on rank {rank}: {error} ({kept})"
+
+
+class SynchronousSave(SaveTransaction):
+    """A save written on the training thread, which waits for it."""
+
+    def run(self) -> str:
+        """Write the complete checkpoint from every rank; returns its tag.
+
+        Raises CheckpointSaveError on every rank if any rank fails (a full disk says so with
+        `needed_bytes`); the partial directory is then removed.
+        """
+        self._together("prepare", self._prepare)
+        written = self._together("write", self._write)
+        return self._check_and_publish(written)
+
+    def _write(self) -> dict[str, dict[str, Any]]:
+        """This rank's DeepSpeed files and rank files, into the partial directory; returns the
+        record of the files written from memory (rank 0's main files)."""
+        own_directory(self.staging)
+        with serializing(self.engine, deferred=False):
+            self._save_deepspeed()
+        for name, value in self.rank_files.items():
+            save_to(value, os.path.join(self.staging, name))
+        return self._named(write_files(self._main_files()))
 
 
 def _out_of_space(err: BaseException | None) -> bool:
