@@ -89,8 +89,10 @@ class MixRows:
         self.tgt_len, self.steps_per_block = tgt_len, steps_per_block
 
     def start(self, row: int, start: RowStart) -> RowCursor:
-        """Global ``row``'s cursor at ``start``: in its first corpus's share at a token drawn
-        from the whole share (in the document there, counted from its start); in every other
+        """Global ``row``'s cursor at ``start``: in its first corpus's share in the document at
+        a token drawn from the whole share, at the start's phase of it (counted from the
+        document's start; a document longer than the start window around the token counts as
+        the part inside it); in every other
         share at the first document that begins after a token drawn the same way. A row's first
         documents are then drawn from its whole shares, as a running row's are."""
         offsets = [int(f * c.share) for f, c in zip(start.fractions, self.corpora)]
@@ -100,17 +102,26 @@ class MixRows:
         corpus, offset = self.corpora[start.corpus], offsets[start.corpus]
         base, reach = row * corpus.share, self.schedule.start_window(start.corpus)
         begins = corpus.document_start(0, base + max(0, offset - reach), base + offset) - base
-        return RowCursor.start(start, offsets, offset - begins)
+        stop, _ = self.document_end(row, start.corpus, offset)  # a piece at the share's end too
+        into = int(start.phase * (stop - begins))
+        offsets[start.corpus] = begins + into
+        return RowCursor.start(start, offsets, into)
 
     def next_begin(self, row: int, c: int, offset: int) -> int:
         """Where the first document after ``offset`` of global ``row``'s share of corpus ``c``
         begins (``offset`` itself when none begins in the start window after it)."""
+        stop, ends = self.document_end(row, c, offset)
+        return stop if ends and stop < self.corpora[c].share else offset
+
+    def document_end(self, row: int, c: int, offset: int) -> tuple[int, bool]:
+        """(stop, ends): where the document at ``offset`` of global ``row``'s share of corpus
+        ``c`` stops: at its end (ends True), else at the share's or the start window's end."""
         corpus = self.corpora[c]
         base = row * corpus.share
         cap = base + min(corpus.share, offset + self.schedule.start_window(c))
         corpus.load(0, base + offset, cap)
         stop, ends = corpus.document_stop(0, base + offset, cap)
-        return stop - base if ends and stop < base + corpus.share else offset
+        return stop - base, ends
 
     def take(
         self, row: int, cursor: RowCursor, n: int, ahead: int

@@ -16,10 +16,12 @@ interval of the cumulative weights (``u`` from the seed: the rows' first corpora
 corpus in proportion to its token share, as a random token would), with the counts the walk had
 where one of its corpus-c documents began: at the quantile ``frac(u + g / G)`` stands at in c's
 interval, of how far behind c the walk stood there (stratified, so a run of few rows is not
-left with all of them far behind). The row then reads its first corpus from a seeded token
-anywhere in its share: it starts mid-document, in a document drawn by length as a random
-token's would be, counted from its start; every other corpus from the first document after a
-seeded token of its share. The expected share of every corpus is then its weight at every
+left with all of them far behind). The row then reads its first corpus from within the
+document at a seeded token anywhere in its share (a document drawn by length, as a random
+token's would be), at its phase: a fraction of the document, the rows starting in one corpus
+at evenly spaced phases from a seeded offset (independent of how far behind they stand),
+counted from the document's start; every other corpus from the first document after a seeded
+token of its share. The expected share of every corpus is then its weight at every
 step, as in a stationary process (measured by bench/mix_shares.py, docs/own-corpora.md).
 
 Why real lengths: how far a running row stands behind a corpus where a document begins depends
@@ -29,7 +31,12 @@ from it stood 1,000 to 1,400 tokens nearer the weights than running rows do (Wik
 articles at 0.3), and the run's share of the long corpus was 3 to 9 points above its weight
 until that difference was spread over many steps. Why whole shares: the documents a row reads
 first must be drawn as the walk's lengths are, from the whole corpus; rows that all started in
-the first few documents of their shares read other documents than the lengths sampled.
+the first few documents of their shares read other documents than the lengths sampled. Why
+phases: where a row stands in its first document decides how long it stays in that corpus;
+rows that all stood near their documents' ends (or starts) by chance add to how far a run's
+share strays (8 rows: 5 to 9 points, sd over seeds, up to step 300); evenly spaced phases take
+10 to 20% of that off on 8 rows and about half on 32 (docs/own-corpora.md). A row's phase is
+independent of how far behind it stands, as in a running row, so the expected shares stay.
 """
 
 from __future__ import annotations
@@ -79,8 +86,10 @@ class RowStart:
     """Per corpus, the tokens the schedule counts as read where the first document began (from
     the real-length walk)."""
     fractions: list[float]
-    """Per corpus, where in its share the row's reading starts, in [0, 1): at that token in the
-    first corpus, at the first document after it in the others."""
+    """Per corpus, where in its share the row's reading starts, in [0, 1): in the document at
+    that token in the first corpus, at the first document after it in the others."""
+    phase: float
+    """How far into its first document the row starts, as a fraction of the document."""
 
 
 class MixSchedule:
@@ -114,15 +123,17 @@ class MixSchedule:
         """Every global row's start."""
         begins = self.walk(seed)
         bounds = np.cumsum(self.weights)
-        u, starts = uniform(seed, -1, 0), []
-        for g in range(global_rows):
-            x = (u + g / global_rows) % 1.0
-            corpus = min(int(np.searchsorted(bounds, x, side="right")), len(bounds) - 1)
+        u, v = uniform(seed, -1, 0), uniform(seed, -1, 1)
+        xs = [(u + g / global_rows) % 1.0 for g in range(global_rows)]
+        firsts = [min(int(np.searchsorted(bounds, x, side="right")), len(bounds) - 1) for x in xs]
+        starts = []
+        for g, (x, corpus) in enumerate(zip(xs, firsts)):
             within = (x - bounds[corpus] + self.weights[corpus]) / self.weights[corpus]
             found = begins[corpus]  # by how far the corpus stands behind: rows get quantiles
             counts = found[min(int(within * len(found)), len(found) - 1)]
             fractions = [uniform(seed, g, 1 + c) for c in range(len(bounds))]
-            starts.append(RowStart(corpus, counts, fractions))
+            phase = (v + firsts[:g].count(corpus) / firsts.count(corpus)) % 1.0
+            starts.append(RowStart(corpus, counts, fractions, phase))
         return starts
 
     def start_window(self, corpus: int) -> int:

@@ -30,6 +30,7 @@ from txl_dist.engine.checkpoint.parts import (
     RunPart,
     SeenTokens,
     StreamPart,
+    ThreadsPart,
     TokenizerPart,
     TokensPart,
 )
@@ -180,6 +181,7 @@ def checkpoint_parts(
         RunPart(state),
         StreamPart(streams),
         MemoryPart(memory, world.rank, plan.rows_per_rank, device, config.train.seed, state),
+        ThreadsPart(),
     ]
     tokenizer = training_tokenizer(config, streams)
     if tokenizer is not None:

@@ -6,7 +6,9 @@ shared 2-core machine the tiny run trained 5-10 times slower at torch's default 
 `OMP_NUM_THREADS=1`. So a command picks its threads once, at start-up: the cores of its affinity
 mask (capped by a cgroup's CPU quota), less those other processes kept busy over a short
 sample of /proc/stat, shared among the machine's ranks. A user's `OMP_NUM_THREADS` is kept as
-given (and said to be more than the free cores when it is).
+given (and said to be more than the free cores when it is). A resumed run keeps the threads its
+checkpoint was trained with (engine/checkpoint/parts/threads.py): float reductions can differ
+with the thread count, and a resume should repeat the uninterrupted run's losses.
 """
 
 from __future__ import annotations
@@ -116,3 +118,22 @@ def choose_threads(ranks: int = 1, say: bool = True) -> int:
             "(set OMP_NUM_THREADS to choose)"
         )
     return threads
+
+
+def reuse_threads(saved: object) -> None:
+    """On resume, set torch's compute threads to ``saved``, the count the checkpoint's run
+    trained with, unless the user set OMP_NUM_THREADS; one line when that differs from the
+    count the load chose at this start (a damaged count is said and left alone)."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    now = torch.get_num_threads()
+    if isinstance(saved, bool) or not isinstance(saved, int) or saved < 1:
+        log.warning(f"checkpoint threads.per_rank is {saved!r:.40}, not a count: {now} kept")
+        return
+    if saved != now:
+        torch.set_num_threads(saved)
+        log.warning(
+            f"resume: {saved} compute thread(s) per rank as the checkpoint's run had, not the "
+            f"{now} this machine's load would give now, so the losses repeat the "
+            "uninterrupted run's (set OMP_NUM_THREADS to choose)"
+        )

@@ -6,6 +6,7 @@ stream.py     the training streams' position
 memory.py     each rank's memories with their global rows, and its RNG states
 tokenizer.py  the data's subword tokenizer, as tokenizer.json
 tokens.py     the training tokens each rank has seen
+threads.py    the compute threads the run trained with, reused on resume
 deepspeed.py  DeepSpeed's engine, which writes and loads its own files
 """
 
@@ -14,6 +15,7 @@ from txl_dist.engine.checkpoint.parts.memory import MemoryPart
 from txl_dist.engine.checkpoint.parts.part import CheckpointPart, Place, rank_file
 from txl_dist.engine.checkpoint.parts.run import RunPart, RunState
 from txl_dist.engine.checkpoint.parts.stream import StreamPart
+from txl_dist.engine.checkpoint.parts.threads import ThreadsPart
 from txl_dist.engine.checkpoint.parts.tokenizer import TokenizerPart
 from txl_dist.engine.checkpoint.parts.tokens import SeenTokens, TokensPart
 
@@ -27,6 +29,7 @@ __all__ = [
     "RunState",
     "SeenTokens",
     "StreamPart",
+    "ThreadsPart",
     "TokenizerPart",
     "TokensPart",
     "rank_file",
