@@ -1,4 +1,4 @@
-"""What a checkpoint holds, one part each; build.py registers them, save and restore loop.
+"""What a checkpoint holds, one part each; registry.py lists a run's, save and restore loop.
 
 part.py       CheckpointPart: a name, its Place (record, rank file, main file, DeepSpeed's)
 run.py        RunState and its part: restarts, requeues, the saving SLURM job
@@ -7,6 +7,7 @@ memory.py     each rank's memories with their global rows, and its RNG states
 tokenizer.py  the data's subword tokenizer, as tokenizer.json
 tokens.py     the training tokens each rank has seen
 deepspeed.py  DeepSpeed's engine, which writes and loads its own files
+registry.py   the parts every checkpoint of a run holds, in the order a resume loads them
 """
 
 from txl_dist.engine.checkpoint.parts.deepspeed import DeepSpeedPart, Location
