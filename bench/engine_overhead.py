@@ -105,7 +105,7 @@ class BareStep:
     """The model step without an engine: plain PyTorch on this rank's batch, same slots."""
 
     def __init__(self, config, engine, micro: int, accum: int, sections: Sections):
-        from txl_dist.engine.build import build_optimizer
+        from txl_dist.engine.deepspeed_setup import build_optimizer
         from txl_dist.model import TransformerXL
 
         dtype = next(engine.module.parameters()).dtype  # bf16 engines train bf16 modules

@@ -108,14 +108,15 @@ def built_trainer(argv: list[str]):
     """(config, world, Trainer) of this rank for pretrain's command line, started afresh."""
     from txl_dist.cli.pretrain import parse_args
     from txl_dist.config.loading import load_run_config
-    from txl_dist.engine.build import build_trainer
+    from txl_dist.engine.assemble import build_trainer
+    from txl_dist.engine.start import Run
     from txl_dist.process.dist import world_from_env
 
     args = parse_args(argv)
     config = load_run_config(args.config, args.set)
     world = world_from_env()
     plan = config.plan(world.world_size)
-    return config, world, build_trainer(config, world, plan, point=None)
+    return config, world, build_trainer(Run(config, world, plan, point=None))
 
 
 def measure_in_process(argv: list[str]) -> None:

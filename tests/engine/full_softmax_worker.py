@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 from txl_dist.config.loading import load_run_config
-from txl_dist.engine.build import build_model, build_optimizer, deepspeed_config
+from txl_dist.engine.build import build_model
+from txl_dist.engine.deepspeed_setup import build_optimizer, deepspeed_config
 from txl_dist.process.dist import end_distributed, init_distributed, world_from_env
 
 STEPS = 3

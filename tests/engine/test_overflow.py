@@ -14,7 +14,8 @@ POISONED_STEP = """
 import contextlib, json, sys, torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from txl_dist.config.loading import load_run_config
-from txl_dist.engine.build import build_model, build_optimizer, deepspeed_config, initialize_engine
+from txl_dist.engine.build import build_model
+from txl_dist.engine.deepspeed_setup import build_optimizer, deepspeed_config, initialize_engine
 from txl_dist.process.dist import World, end_distributed, init_distributed
 
 

@@ -9,7 +9,8 @@ import deepspeed
 import torch
 
 from txl_dist.config.loading import load_run_config
-from txl_dist.engine.build import build_model, deepspeed_config
+from txl_dist.engine.build import build_model
+from txl_dist.engine.deepspeed_setup import deepspeed_config
 from txl_dist.process.dist import end_distributed, init_distributed, world_from_env
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The pretrain command: arguments, checks before anything starts, build, run, the stop file.
+"""The pretrain command: its arguments handed over (engine.start, engine.assemble), the run, how
+it ends: exit code, closing lines, the stop file.
 
     deepspeed [--num_gpus N] launch/pretrain.py --config C [--set section.key=value ...]
         [--resume auto|PATH] [--overwrite] [--stop-file PATH] [--verbose]
@@ -21,22 +22,17 @@ import torch.distributed as dist
 
 from data_pipeline import redact_text
 from txl_dist.cli import FAILED, USAGE_ERROR
-from txl_dist.config.loading import load_run_config, naming_txl_set
-from txl_dist.config.sections import RunConfig
+from txl_dist.config.loading import naming_txl_set
 from txl_dist.engine import checkpoint, run_dir
-from txl_dist.engine.build import build_trainer
-from txl_dist.engine.checkpoint.size import checkpoint_bytes
+from txl_dist.engine.assemble import build_trainer
 from txl_dist.engine.health.rollback import LossSpikeError
 from txl_dist.engine.health.stragglers import STRAGGLER_EXIT_CODE
-from txl_dist.engine.init_from import checked_source
+from txl_dist.engine.start import RunRequest, load_config, prepare_run
 from txl_dist.engine.summary import closing_summary
 from txl_dist.engine.train import Trainer
 from txl_dist.files import open_new
 from txl_dist.logs import configure_logging
-from txl_dist.model.accounting import rank_memory_bytes
-from txl_dist.process import preflight
 from txl_dist.process.dist import World, end_distributed, world_from_env
-from txl_dist.process.restarts import restart_line, take_exit_notes, tell_guard
 from txl_dist.schema import ConfigError
 
 log = logging.getLogger(__name__)
@@ -86,47 +82,45 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     world = world_from_env()
     configure_logging(world.is_main, args.verbose)
-    config = None
     env_set = os.environ.get("TXL_SET", "").split()
+    request = RunRequest(args.config, args.set, env_set, args.resume, args.overwrite)
+    trainer = _start(request, world)
+    if trainer is None:  # --resume auto of a run that reached train.max_steps
+        return
+    stopped_early = _train(trainer, world)
+    if stopped_early and args.stop_file and world.is_main:
+        checkpoints = os.path.join(trainer.config.train.out_dir, checkpoint.CHECKPOINT_DIR)
+        slow_hosts = sorted({s.host for s in trainer.stragglers.stopped})
+        _write_stop_file(args.stop_file, trainer.step, stopped_early, checkpoints, slow_hosts)
+    end_distributed()
+    if world.is_main:
+        _summarize(trainer, stopped_early)
+    if stopped_early and trainer.stragglers.stopped:  # checkpointed; requeued without the host
+        sys.exit(STRAGGLER_EXIT_CODE)
+
+
+def _start(request: RunRequest, world: World) -> Trainer | None:
+    """This rank's Trainer (engine.start, then engine.assemble); None where the run already
+    finished. A bad start ends the process: USAGE_ERROR with one line, else FAILED."""
+    config = None
     try:
-        config = load_run_config(args.config, args.set, env_set)
-        tell_guard(config.train.out_dir)
-        if env_set and world.is_main:  # said once: a variable left set must not go unnoticed
-            keys = ", ".join(o.partition("=")[0] for o in env_set)  # values may be secrets
-            log.info(f"TXL_SET overrides {keys}")
-        configured, config = config, config.at_world_size(world.world_size)
-        if config.deepspeed != configured.deepspeed and world.is_main:
-            _say_one_rank_stage(configured, config)
-        plan = config.plan(world.world_size)  # the launcher's world size, before any group
-        if args.resume is None:
-            run_dir.claim(config.train.out_dir, args.overwrite, world.is_main)
-        point = checkpoint.find_resume_point(args.resume, config.train.out_dir)
-        for damaged in point.passed_over if point and world.is_main else ():
-            log.warning(f"warning: {damaged}")
-        if world.is_main:
-            _say_why_restarted(config.train.out_dir, point)
-        if args.resume == "auto" and _already_finished(point, config, world):
-            return
-        # train.init_from seeds step 0 only: a resume continues from its checkpoint's weights.
-        # Checked before preflight makes train.out_dir: a refusal leaves no empty run directory.
-        source = checked_source(config) if point is None else None
-        preflight.check_before_training(config, checkpoint_bytes(config))
-        if point is not None and config.train.init_from and world.is_main:
-            log.info(
-                f"train.init_from={config.train.init_from} not loaded: resuming {point.tag}, "
-                "whose weights continue the run"
-            )
-        trainer = build_trainer(config, world, plan, point, source)
+        config = load_config(request, world)
+        run = prepare_run(config, request, world)
+        return None if run is None else build_trainer(run)
     except tuple(STARTUP_ERRORS) as err:  # one clear line from rank 0; others quiet
         if world.is_main:
             kind = next(name for cls, name in STARTUP_ERRORS.items() if isinstance(err, cls))
-            line = redact_text(f"{kind}: {naming_txl_set(str(err), env_set)}")
+            line = redact_text(f"{kind}: {naming_txl_set(str(err), request.env_overrides)}")
             print(line, file=sys.stderr, flush=True)
         sys.exit(USAGE_ERROR)
     except Exception as err:  # noqa: BLE001 - every failure ends in one line per rank
         _fail(err, world, config.train.out_dir if config else None)
+
+
+def _train(trainer: Trainer, world: World) -> str | None:
+    """trainer.run(): why it stopped early, or None; a failure ends the process (FAILED)."""
     try:
-        stopped_early = trainer.run()
+        return trainer.run()
     except checkpoint.CheckpointSaveError as err:  # every rank raised it: one line, from rank 0
         if world.is_main:
             print(f"checkpoint error: {err}", file=sys.stderr, flush=True)
@@ -136,16 +130,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"loss spikes: {err}", file=sys.stderr, flush=True)
         sys.exit(FAILED)
     except Exception as err:  # noqa: BLE001
-        _fail(err, world, config.train.out_dir)
-    if stopped_early and args.stop_file and world.is_main:
-        checkpoints = os.path.join(config.train.out_dir, checkpoint.CHECKPOINT_DIR)
-        slow_hosts = sorted({s.host for s in trainer.stragglers.stopped})
-        _write_stop_file(args.stop_file, trainer.step, stopped_early, checkpoints, slow_hosts)
-    end_distributed()
-    if world.is_main:
-        _summarize(trainer, stopped_early)
-    if stopped_early and trainer.stragglers.stopped:  # checkpointed; requeued without the host
-        sys.exit(STRAGGLER_EXIT_CODE)
+        _fail(err, world, trainer.config.train.out_dir)
 
 
 # Errors found before training starts, and how their one line begins.
@@ -184,42 +169,6 @@ def _keep_traceback(trace: str, out_dir: str | None, world: World) -> str:
             return f"traceback: {path}"
     print(trace, file=sys.stderr, flush=True)  # no run directory to keep it in
     return "traceback above"
-
-
-def _say_one_rank_stage(configured: RunConfig, config: RunConfig) -> None:
-    """Which ZeRO stage one rank runs for the configured one, and its memory."""
-    plan = config.plan(1)
-    estimate = rank_memory_bytes(
-        config.model, config.zero_stage, 1, plan.micro_rows, plan.dtype_bytes
-    )
-    log.info(
-        f"one rank: ZeRO-{configured.zero_stage} runs as ZeRO-{config.zero_stage}, the same "
-        f"model states ({estimate / 2**30:.2f} GiB a rank by txl-inspect) without partition "
-        "buckets (train.one_rank_stage)"
-    )
-
-
-def _say_why_restarted(out_dir: str, point: checkpoint.ResumePoint | None) -> None:
-    """After a failure: which rank ended how (its guard's note) and where training resumes."""
-    where = f"{point.tag} at step {point.client.step}" if point else "step 0 (no checkpoint yet)"
-    line = restart_line(take_exit_notes(out_dir), where)
-    if line:
-        log.warning(line)
-
-
-def _already_finished(
-    point: checkpoint.ResumePoint | None, config: RunConfig, world: World
-) -> bool:
-    """A rerun of a run that reached train.max_steps says so instead of starting ranks (from
-    another run's checkpoint, --resume PATH, a finished run still evaluates)."""
-    if point is None or point.client.step < config.train.max_steps:
-        return False
-    if world.is_main:
-        log.info(
-            f"run {point.client.run_id} already finished: {point.tag} reached "
-            f"train.max_steps={config.train.max_steps}; raise train.max_steps to train further"
-        )
-    return True
 
 
 def _summarize(trainer: Trainer, stopped_early: str | None) -> None:

@@ -1,6 +1,9 @@
 """The DeepSpeed training engine: streams -> slots with memories -> checkpoints, metrics.
 
-- build.py: everything with side effects before the loop (process group, data, engine, resume);
+- start.py: a run's start before any process group (config, run directory, resume point);
+- assemble.py: what a run is made of, assembled (process group, engine, data, resume);
+- build.py: the model as a run builds it, and the split evaluator;
+- deepspeed_setup.py: DeepSpeed's config, optimizer, engine and our patches to it;
 - data.py: the run's training and evaluation streams, and its data's tokenizer;
 - train.py: the loop; memory.py: per-slot memories; graphs.py: train.cuda_graphs;
 - evaluate.py: distributed evaluation; overflow.py: bf16 updates with non-finite gradients;

@@ -106,6 +106,34 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
+    rendezvous = _rendezvous(world)
+    build_with_this_environment()
+    accelerator = get_accelerator()
+    if accelerator.device_name() != "cpu":
+        # Before the first allocation: evaluation's many key lengths fragment the fixed-size
+        # segments of the default allocator.
+        if not {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"} & os.environ.keys():
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        accelerator.set_device(device_index(world.local_rank, accelerator.device_count()))
+    if accelerator.device_name() == "cpu" and world.is_main:
+        say_if_building_the_kernel()
+    deepspeed.init_distributed(
+        dist_backend=accelerator.communication_backend_name(),
+        timeout=timedelta(seconds=timeout_s),
+        **rendezvous,
+    )
+    if accelerator.device_name() == "cpu" and world.world_size > 1:
+        route_through_shared_memory(world.world_size)
+        _unlink_shm_buffer(world.rank)
+    # After the rendezvous: the machine's other ranks no longer import, so what is busy is
+    # someone else's (srun sets no OMP_NUM_THREADS, torchrun 1, deepspeed none).
+    choose_threads(local_ranks(), say=world.is_main)
+    return torch.device(accelerator.device_name(world.local_rank))
+
+
+def _rendezvous(world: World) -> dict:
+    """The launcher's variables DeepSpeed reads, set from `world`; how the ranks meet
+    (init_process_group's arguments): a store file where every rank is on this machine."""
     os.environ.setdefault("RANK", str(world.rank))
     os.environ.setdefault("WORLD_SIZE", str(world.world_size))
     os.environ.setdefault("LOCAL_RANK", str(world.local_rank))
@@ -129,28 +157,7 @@ def init_distributed(world: World, timeout_s: float = 600.0) -> torch.device:
             init_method=f"file://{_job_store()}", rank=world.rank, world_size=world.world_size
         )
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    build_with_this_environment()
-    accelerator = get_accelerator()
-    if accelerator.device_name() != "cpu":
-        # Before the first allocation: evaluation's many key lengths fragment the fixed-size
-        # segments of the default allocator.
-        if not {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"} & os.environ.keys():
-            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-        accelerator.set_device(device_index(world.local_rank, accelerator.device_count()))
-    if accelerator.device_name() == "cpu" and world.is_main:
-        say_if_building_the_kernel()
-    deepspeed.init_distributed(
-        dist_backend=accelerator.communication_backend_name(),
-        timeout=timedelta(seconds=timeout_s),
-        **rendezvous,
-    )
-    if accelerator.device_name() == "cpu" and world.world_size > 1:
-        route_through_shared_memory(world.world_size)
-        _unlink_shm_buffer(world.rank)
-    # After the rendezvous: the machine's other ranks no longer import, so what is busy is
-    # someone else's (srun sets no OMP_NUM_THREADS, torchrun 1, deepspeed none).
-    choose_threads(local_ranks(), say=world.is_main)
-    return torch.device(accelerator.device_name(world.local_rank))
+    return rendezvous
 
 
 KERNEL_NOTICE = (

@@ -28,7 +28,7 @@ class Checkpointer:
     """Saves complete checkpoints of this run; every rank calls it at the same steps."""
 
     parts: list[CheckpointPart]
-    """What every checkpoint holds (build.py registers them; one is DeepSpeed's engine)."""
+    """What every checkpoint holds (parts.registry lists them; one is DeepSpeed's engine)."""
     facts: dict[str, Any]
     """What every record of this run says besides its step and parts (CheckpointState's
     fields: the run id, world size, rows, config and vocabulary)."""

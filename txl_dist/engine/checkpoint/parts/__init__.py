@@ -1,4 +1,4 @@
-"""What a checkpoint holds, one part each; build.py registers them, save and restore loop.
+"""What a checkpoint holds, one part each; registry.py lists a run's, save and restore loop.
 
 part.py       CheckpointPart: a name, its Place (record, rank file, main file, DeepSpeed's)
 run.py        RunState and its part: restarts, requeues, the saving SLURM job
@@ -8,6 +8,7 @@ tokenizer.py  the data's subword tokenizer, as tokenizer.json
 tokens.py     the training tokens each rank has seen
 threads.py    the compute threads the run trained with, reused on resume
 deepspeed.py  DeepSpeed's engine, which writes and loads its own files
+registry.py   the parts every checkpoint of a run holds, in the order a resume loads them
 """
 
 from txl_dist.engine.checkpoint.parts.deepspeed import DeepSpeedPart, Location

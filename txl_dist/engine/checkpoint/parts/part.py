@@ -20,7 +20,7 @@ class Place(enum.Enum):
 
 
 class CheckpointPart(Protocol):
-    """One thing a checkpoint holds; build.py registers each once, save and restore loop over
+    """One thing a checkpoint holds; registry.py lists each once, save and restore loop over
     them."""
 
     name: str
