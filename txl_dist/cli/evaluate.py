@@ -52,8 +52,15 @@ from data_pipeline import (
     manifest_url,
 )
 from txl_dist.cli import USAGE_ERROR, interruptible
-from txl_dist.engine.evaluate import evaluate
-from txl_dist.exports.context import RECL_THRESHOLD, write_csv
+from txl_dist.evaluation.context import RECL_THRESHOLD, write_csv
+from txl_dist.evaluation.loop import evaluate
+from txl_dist.evaluation.scores import TOKEN_OF_LEVEL, format_score, reported_level, score
+from txl_dist.evaluation.sweep import (
+    SweepResult,
+    run_sweep,
+    table,
+    to_json,
+)
 from txl_dist.exports.loading import (
     DTYPES,
     EVAL_ROWS,
@@ -63,19 +70,12 @@ from txl_dist.exports.loading import (
     export_vocabulary,
     load_for_evaluation,
 )
-from txl_dist.exports.sweep import (
-    SweepResult,
-    run_sweep,
-    table,
-    to_json,
-)
 from txl_dist.exports.text import read_text
 from txl_dist.model import TransformerXL
 from txl_dist.model.transformer import VOCAB_FILE
 from txl_dist.process.allocator import keep_freed_memory
 from txl_dist.process.dist import World, end_distributed, init_distributed, world_from_env
 from txl_dist.process.threads import choose_threads
-from txl_dist.scores import TOKEN_OF_LEVEL, format_score, reported_level, score
 
 
 @dataclass

@@ -48,11 +48,11 @@ from txl_dist.engine.checkpoint.consolidate import (
     open_checkpoint,
 )
 from txl_dist.engine.checkpoint.state import CLIENT_FILE
+from txl_dist.evaluation.scores import format_score, reported_level
 from txl_dist.exports.loading import DATA_FILE, DTYPES, EOS_KEY, tokenizer_record
 from txl_dist.hf import export as hf_export
 from txl_dist.logs import ranks
 from txl_dist.model.transformer import SAFETENSORS_FILE, TORCH_FILE, VOCAB_FILE
-from txl_dist.scores import format_score, reported_level
 
 README_FILE = "README.md"
 MARKUP = {"&": "&amp;", "<": "&lt;", ">": "&gt;", **{c: "\\" + c for c in "\\`*_[]()!~|{}"}}

@@ -34,7 +34,6 @@ from txl_dist.engine.checkpoint.parts import (
     TokensPart,
 )
 from txl_dist.engine.data import open_streams, open_training_streams, training_tokenizer
-from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
 from txl_dist.engine.graphs import graph_layers
 from txl_dist.engine.health.guard import SpikeGuard
 from txl_dist.engine.health.record import SpikeRecord, SpikesPart
@@ -45,6 +44,7 @@ from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.train import Trainer
+from txl_dist.evaluation.split import SplitEvaluator
 from txl_dist.files import open_new
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.accounting import build_on_meta
@@ -140,7 +140,7 @@ def _assemble_trainer(
         metrics=metrics,
         stop=StopRequest(config.train.max_wallclock, config.train.stop_check_s),
         watchdog=watchdog,
-        evaluate_split=SplitEvaluator(engine, config, world, plan, device, watchdog),
+        evaluate_split=SplitEvaluator(engine, config, world, plan, device, watchdog, open_streams),
         checkpoints=Checkpointer.for_run(
             parts,
             checkpoint.record_facts(
@@ -298,53 +298,6 @@ def fitted_bucket(model: TXLConfig) -> int:
     (a larger gradient is reduced from its own buffer); even, as all-gather buckets must be."""
     largest = max(p.numel() for p in build_on_meta(model).parameters())
     return min(largest + largest % 2, DEEPSPEED_BUCKET)
-
-
-class SplitEvaluator:
-    """Scores a whole split with the config's evaluation lengths, distributed over the ranks;
-    each batch is progress for the watchdog."""
-
-    def __init__(
-        self,
-        engine,
-        config: RunConfig,
-        world: World,
-        plan: RunPlan,
-        device: torch.device,
-        watchdog: Watchdog,
-    ):
-        self.engine, self.config, self.world, self.device = engine, config, world, device
-        self.rows, self.watchdog = plan.eval_rows_per_rank, watchdog
-
-    def __call__(self, split: str) -> EvalResult:
-        """The split's result; for data.mix, each corpus's split and their token-weighted mean."""
-        mix = self.config.data.mix
-        if mix is None:
-            return self.score(split, None)
-        return token_weighted({c.name: self.score(split, c.path) for c in mix})
-
-    def score(self, split: str, root: str | None) -> EvalResult:
-        """Evaluate `split` of the dataset at `root` (data.path if None)."""
-        eval_cfg = self.config.model.for_eval()
-        streams = open_streams(
-            self.config, self.world, split, tail=True, rows=self.rows, tgt_len=eval_cfg.tgt_len,
-            root=root,
-        )  # fmt: skip
-        lengths = (eval_cfg.tgt_len, eval_cfg.mem_len, eval_cfg.clamp_len, eval_cfg.same_length)
-        self.engine.eval()
-        try:
-            # Eager even under train.compile: evaluation's many memory lengths (growing by
-            # eval_tgt_len up to eval_mem_len) would each compile a graph for one pass.
-            with self.engine.module.lengths(*lengths), torch.compiler.set_stance("force_eager"):
-                return evaluate(
-                    self.engine,
-                    streams,
-                    self.device,
-                    progress=self.world.is_main,
-                    on_batch=self.watchdog.progress,
-                )
-        finally:
-            streams.close()
 
 
 def _checkpoint_layers(model: TransformerXL) -> None:

@@ -33,7 +33,7 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 from data_pipeline import IGNORE_INDEX, TextBatches
-from txl_dist.engine.evaluate import evaluate
+from txl_dist.evaluation.loop import evaluate
 from txl_dist.exports.generation import Sampling, generate
 from txl_dist.exports.loading import EVAL_ROWS, load_for_evaluation
 from txl_dist.exports.text import ExportText
