@@ -8,5 +8,6 @@ data_pipeline and process only): a model, or what opens a split's streams, comes
 - split.py: the training run's evaluation of a split, a mix's corpora one by one;
 - records.py: an evaluation's metrics record and console line;
 - context.py: sweep rows, the lengths a model can score with, effective context and RECL;
-- sweep.py: memory and clamp length sweeps, the split read once.
+- sweep.py: memory and clamp length sweeps, the split read once;
+- requests.py: what the harness model computes on a loaded model (txl_dist.harness.lm).
 """
