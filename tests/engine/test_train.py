@@ -148,7 +148,7 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
     engine.steps = start_step
 
     def evaluate_split(split):
-        engine.eval()  # as engine.build.SplitEvaluator leaves it
+        engine.eval()  # as evaluation.split.SplitEvaluator leaves it
         events.append(f"eval:{split}@{engine.steps}")
         engine.phases.append(watchdog.current)
         return evaluation or EvalResult(loss=1.0, ppl=2.7, tokens=6, seconds=0.1)
