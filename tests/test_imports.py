@@ -45,9 +45,6 @@ WHEN_CALLED = {
 """What the torch-only floors may import inside a function: when an export is read, or a
 config's bad value shown. data_pipeline's front door (its __init__) imports them too, but only
 a caller that reads an export pays for it."""
-KNOWN_BACK_ARROWS = {("txl_dist.exports.sweep", "txl_dist.engine.evaluate")}
-"""Arrows back up being removed (issue 51: the sweeps move into txl_dist/evaluation/). An entry
-no longer in the tree fails the test: delete it then."""
 HEAVY = ("webdataset", "fsspec", "tokenizers", "deepspeed", "data_pipeline")
 
 
@@ -151,11 +148,7 @@ def order_line() -> str:
 
 
 def test_the_packages_import_one_way():
-    problems = violations(REPO_ROOT)
-    arrows = {arrow: f" {arrow[0]} imports {arrow[1]}: " for arrow in KNOWN_BACK_ARROWS}
-    stale = [arrow for arrow, text in arrows.items() if not any(text in p for p in problems)]
-    assert stale == [], "gone from the tree: delete them from KNOWN_BACK_ARROWS"
-    assert [p for p in problems if not any(text in p for text in arrows.values())] == []
+    assert violations(REPO_ROOT) == []
 
 
 def test_docs_layout_states_the_order():

@@ -27,10 +27,11 @@ from tests.data_pipeline.test_received import without_blocking
 from tests.exports.test_loading import DOCS as SUBWORD_DOCS
 from tests.exports.test_loading import bpe, export
 from txl_dist.cli import USAGE_ERROR
-from txl_dist.cli.evaluate import EvalReport, check_data_vocab, main, render
-from txl_dist.exports.context import SweepRow, effective_context, read_csv, recl
+from txl_dist.cli.evaluate import main, render
+from txl_dist.cli.evaluate_data import EvalReport, check_data_vocab
+from txl_dist.evaluation.context import SweepRow, effective_context, read_csv, recl
+from txl_dist.evaluation.sweep import SweepResult
 from txl_dist.exports.loading import DATA_FILE, EVAL_ROWS
-from txl_dist.exports.sweep import SweepResult
 from txl_dist.exports.text import text_ids
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.attention import sinusoid_encoding

@@ -11,8 +11,8 @@ import pytest
 
 from txl_dist.cli import USAGE_ERROR
 from txl_dist.cli.report import main, plot, plot_sweep, read_metrics, sweep_curves
-from txl_dist.exports.context import CSV_FIELDS, SweepRow, read_csv, write_csv
-from txl_dist.scores import score
+from txl_dist.evaluation.context import CSV_FIELDS, SweepRow, read_csv, write_csv
+from txl_dist.evaluation.scores import score
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -7,7 +7,6 @@ import torch
 from txl_dist.engine.metrics import (
     Metrics,
     Throughput,
-    eval_line,
     peak_tflops_of,
     train_line,
     wandb_prefix,
@@ -68,8 +67,6 @@ def test_log_lines_show_bpc_for_char_level_records_and_ppl_for_word_level_ones()
     assert "| seen/rank 4,096 |" in train_line(word)  # rank 0's count, every rank's alike
     mixed = dict(word, mix_tokens={"man": 14_336, "wiki": 6_144})  # drawn by all ranks
     assert train_line(mixed).endswith("| mix, all ranks: man 14,336 (70.0%) wiki 6,144 (30.0%)")
-    evaluated = dict(split="valid", step=7, loss=0.7, bpc=1.0099, tokens=5, tokens_per_s=1.0)
-    assert "| loss 0.7000 | bpc 1.0099 |" in eval_line(evaluated)
 
 
 def test_wandb_groups_training_evaluation_and_event_records():

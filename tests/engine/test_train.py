@@ -19,7 +19,6 @@ from txl_dist.config.loading import load_run_config
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
 from txl_dist.engine.checkpoint.parts import DeepSpeedPart, RunPart, SeenTokens, StreamPart
-from txl_dist.engine.evaluate import EvalResult, token_weighted
 from txl_dist.engine.health.guard import SpikeGuard
 from txl_dist.engine.health.record import SpikeRecord
 from txl_dist.engine.health.spikes import SpikeDetector
@@ -28,6 +27,7 @@ from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.profiling import OutOfDeviceMemoryError
 from txl_dist.engine.schedule import lr_multiplier
 from txl_dist.engine.train import NonFiniteLossError, Trainer
+from txl_dist.evaluation.loop import EvalResult, token_weighted
 from txl_dist.model.accounting import rank_memory_bytes
 from txl_dist.process.dist import World
 from txl_dist.process.watchdog import Watchdog
@@ -148,7 +148,7 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
     engine.steps = start_step
 
     def evaluate_split(split):
-        engine.eval()  # as engine.build.SplitEvaluator leaves it
+        engine.eval()  # as evaluation.split.SplitEvaluator leaves it
         events.append(f"eval:{split}@{engine.steps}")
         engine.phases.append(watchdog.current)
         return evaluation or EvalResult(loss=1.0, ppl=2.7, tokens=6, seconds=0.1)

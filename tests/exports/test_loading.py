@@ -122,5 +122,10 @@ def test_loading_an_export_imports_no_training_or_evaluation_loop_and_no_compile
     proc = processes.run([sys.executable, "-c", loaded], timeout=120, check=True, cwd=REPO_ROOT)
     modules = set(proc.stdout.split("'")[1::2])
     assert "txl_dist.exports.loading" in modules
-    unwanted = {"txl_dist.engine.evaluate", "txl_dist.exports.sweep", "deepspeed", "torch._dynamo"}
+    unwanted = {
+        "txl_dist.evaluation.loop",
+        "txl_dist.evaluation.sweep",
+        "deepspeed",
+        "torch._dynamo",
+    }
     assert not modules & unwanted

@@ -34,7 +34,7 @@ from txl_dist.cli.export import export
 from txl_dist.cli.export import main as export_main
 from txl_dist.engine.checkpoint import CLIENT_FILE
 from txl_dist.engine.checkpoint.consolidate import ExportError
-from txl_dist.engine.evaluate import evaluate as score
+from txl_dist.evaluation.loop import evaluate as score
 from txl_dist.exports.generation import shown
 from txl_dist.exports.loading import load_for_evaluation
 from txl_dist.exports.text import ExportText

@@ -1,4 +1,4 @@
-"""The command-line tools: each module is one command and imports the library, never another.
+"""The command-line tools: a module per command, importing the library, never another command.
 
 Every command exits with one rule:
 - 0: it did what was asked (a training run stopped early by a signal and checkpointed counts:
@@ -15,7 +15,8 @@ Every command exits with one rule:
 
 One module per command: pretrain.py (launch/pretrain.py), inspect_model.py (txl-inspect),
 export.py (txl-export), evaluate.py (txl-eval), generate.py (txl-generate), report.py
-(txl-report).
+(txl-report); txl-eval's modes are evaluate_data.py, evaluate_sweep.py and evaluate_tasks.py,
+which only evaluate.py imports.
 """
 
 import functools

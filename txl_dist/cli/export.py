@@ -45,10 +45,10 @@ from txl_dist.engine.checkpoint.consolidate import (
     open_checkpoint,
 )
 from txl_dist.engine.checkpoint.state import CLIENT_FILE
+from txl_dist.evaluation.scores import reported_level
 from txl_dist.exports.loading import DATA_FILE, DTYPES, EOS_KEY, tokenizer_record
 from txl_dist.hf import export as hf_export
 from txl_dist.model.pretrained import VOCAB_FILE
-from txl_dist.scores import reported_level
 
 README_FILE = "README.md"
 

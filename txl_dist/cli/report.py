@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from data_pipeline.limits import METADATA_BYTES
 from data_pipeline.received import received_lines
 from txl_dist.cli import USAGE_ERROR, interruptible
-from txl_dist.exports.context import (
+from txl_dist.evaluation.context import (
     RECL_THRESHOLD,
     SEGMENT_ALONE_MARK,
     SEGMENT_ALONE_NOTE,
@@ -38,8 +38,8 @@ from txl_dist.exports.context import (
     effective_context,
     read_csv,
 )
+from txl_dist.evaluation.scores import LABELS, score_of
 from txl_dist.files import open_new
-from txl_dist.scores import LABELS, score_of
 
 METRICS_FILE = "metrics.jsonl"
 REPORT_FILE = "report.png"

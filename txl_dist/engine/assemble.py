@@ -14,11 +14,11 @@ import uuid
 import torch
 
 from txl_dist.engine import checkpoint
-from txl_dist.engine.build import SplitEvaluator, build_model, wrap_layers
+from txl_dist.engine.build import build_model, wrap_layers
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointPart, RunState
 from txl_dist.engine.checkpoint.parts import SeenTokens
 from txl_dist.engine.checkpoint.parts.registry import checkpoint_parts
-from txl_dist.engine.data import open_training_streams, training_tokenizer
+from txl_dist.engine.data import open_streams, open_training_streams, training_tokenizer
 from txl_dist.engine.deepspeed_setup import deepspeed_config, deepspeed_engine
 from txl_dist.engine.health.guard import SpikeGuard
 from txl_dist.engine.health.record import SpikeRecord, SpikesPart
@@ -28,6 +28,7 @@ from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.start import Run
 from txl_dist.engine.train import Trainer
+from txl_dist.evaluation.split import SplitEvaluator
 from txl_dist.files import open_new
 from txl_dist.process.dist import init_distributed
 from txl_dist.process.signals import StopRequest
@@ -79,7 +80,7 @@ def _assemble_trainer(run: Run, device: torch.device, watchdog: Watchdog) -> Tra
         metrics=metrics,
         stop=StopRequest(config.train.max_wallclock, config.train.stop_check_s),
         watchdog=watchdog,
-        evaluate_split=SplitEvaluator(engine, config, world, plan, device, watchdog),
+        evaluate_split=SplitEvaluator(engine, config, world, plan, device, watchdog, open_streams),
         checkpoints=_checkpointer(run, parts, streams, state),
         state=state,
         seen=seen,

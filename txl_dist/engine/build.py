@@ -7,15 +7,10 @@ from __future__ import annotations
 import deepspeed
 import torch
 
-from txl_dist.config.plan import RunPlan
 from txl_dist.config.sections import RunConfig, TrainConfig
-from txl_dist.engine.data import open_streams
-from txl_dist.engine.evaluate import EvalResult, evaluate, token_weighted
 from txl_dist.engine.graphs import graph_layers
 from txl_dist.engine.init_from import InitSource, copy_weights, source_model
 from txl_dist.model import TransformerXL
-from txl_dist.process.dist import World
-from txl_dist.process.watchdog import Watchdog
 
 
 def build_model(
@@ -57,53 +52,6 @@ def wrap_layers(model: TransformerXL, train: TrainConfig) -> None:
         compile_layers(model)
     if train.cuda_graphs:  # preflight made sure the devices are CUDA's
         graph_layers(model)
-
-
-class SplitEvaluator:
-    """Scores a whole split with the config's evaluation lengths, distributed over the ranks;
-    each batch is progress for the watchdog."""
-
-    def __init__(
-        self,
-        engine,
-        config: RunConfig,
-        world: World,
-        plan: RunPlan,
-        device: torch.device,
-        watchdog: Watchdog,
-    ):
-        self.engine, self.config, self.world, self.device = engine, config, world, device
-        self.rows, self.watchdog = plan.eval_rows_per_rank, watchdog
-
-    def __call__(self, split: str) -> EvalResult:
-        """The split's result; for data.mix, each corpus's split and their token-weighted mean."""
-        mix = self.config.data.mix
-        if mix is None:
-            return self.score(split, None)
-        return token_weighted({c.name: self.score(split, c.path) for c in mix})
-
-    def score(self, split: str, root: str | None) -> EvalResult:
-        """Evaluate `split` of the dataset at `root` (data.path if None)."""
-        eval_cfg = self.config.model.for_eval()
-        streams = open_streams(
-            self.config, self.world, split, tail=True, rows=self.rows, tgt_len=eval_cfg.tgt_len,
-            root=root,
-        )  # fmt: skip
-        lengths = (eval_cfg.tgt_len, eval_cfg.mem_len, eval_cfg.clamp_len, eval_cfg.same_length)
-        self.engine.eval()
-        try:
-            # Eager even under train.compile: evaluation's many memory lengths (growing by
-            # eval_tgt_len up to eval_mem_len) would each compile a graph for one pass.
-            with self.engine.module.lengths(*lengths), torch.compiler.set_stance("force_eager"):
-                return evaluate(
-                    self.engine,
-                    streams,
-                    self.device,
-                    progress=self.world.is_main,
-                    on_batch=self.watchdog.progress,
-                )
-        finally:
-            streams.close()
 
 
 def _checkpoint_layers(model: TransformerXL) -> None:

@@ -21,12 +21,12 @@ import torch
 
 from data_pipeline import redact, redact_text
 from txl_dist.config.sections import WandbConfig
+from txl_dist.evaluation.scores import format_score
 from txl_dist.files import open_append
 from txl_dist.logs import libraries_quiet
 from txl_dist.model.accounting import train_flops_per_token
 from txl_dist.model.config import TXLConfig
 from txl_dist.process import resident
-from txl_dist.scores import format_score
 
 log = logging.getLogger(__name__)
 
@@ -276,11 +276,3 @@ def mix_shares(mix_tokens: dict[str, int] | None) -> dict[str, float] | None:
         return None
     total = sum(mix_tokens.values())
     return {name: tokens / total if total else 0.0 for name, tokens in mix_tokens.items()}
-
-
-def eval_line(r: dict[str, Any]) -> str:
-    corpus = f" {r['corpus']}" if "corpus" in r else ""  # one corpus of a mix
-    return (
-        f"eval {r['split']}{corpus} step {r['step']} | loss {r['loss']:.4f} | "
-        f"{format_score(r)} | {r['tokens']} tokens | {r['tokens_per_s']:.0f} tok/s"
-    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from txl_dist.scores import format_score
+from txl_dist.evaluation.scores import format_score
 
 
 def closing_summary(

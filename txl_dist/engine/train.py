@@ -14,7 +14,6 @@ import os
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,7 +23,6 @@ from txl_dist.config.plan import RunPlan
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint import Checkpointer, RunState
 from txl_dist.engine.checkpoint.parts import SeenTokens
-from txl_dist.engine.evaluate import EvalResult
 from txl_dist.engine.health.guard import SpikeGuard
 from txl_dist.engine.health.rerun import StepRerun
 from txl_dist.engine.health.stragglers import StragglerDetector
@@ -32,17 +30,18 @@ from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import (
     Metrics,
     Throughput,
-    eval_line,
     memory_gib,
     mix_shares,
     train_line,
 )
 from txl_dist.engine.profiling import SnapshotOnOutOfMemory, StepProfiler
+from txl_dist.evaluation.loop import EvalResult
+from txl_dist.evaluation.records import log_evaluation
+from txl_dist.evaluation.scores import score
 from txl_dist.model.accounting import rank_memory_bytes
 from txl_dist.process.dist import World
 from txl_dist.process.signals import StopRequest
 from txl_dist.process.watchdog import Watchdog
-from txl_dist.scores import score
 
 log = logging.getLogger(__name__)
 
@@ -296,23 +295,8 @@ class Trainer:
         with self.watchdog.phase("evaluation", self.step):
             result = self.evaluate_split(split)
         self.engine.train()
-        for corpus, part in result.corpora.items():  # a mix: each corpus, then their mean
-            record = self._eval_record(split, part, corpus=corpus)
-            self.metrics.log(record, eval_line(record))
-        record = self._eval_record(split, result)
-        self.metrics.log(record, eval_line(record))
+        log_evaluation(self.metrics.log, self.step, split, result, self.streams.manifest.level)
         return result
-
-    def _eval_record(self, split: str, result: EvalResult, **extra) -> dict[str, Any]:
-        return dict(
-            step=self.step,
-            split=split,
-            **extra,
-            loss=result.loss,
-            **score(result.loss, self.streams.manifest.level),
-            tokens=result.tokens,
-            tokens_per_s=result.tokens / max(result.seconds, 1e-9),
-        )
 
     def _save(self) -> None:
         self._check_nonfinite()  # never save what should have ended the run

@@ -12,9 +12,10 @@ import os
 import torch
 
 from data_pipeline import TOKENIZER_FILE, DataError, Subword, Vocab
+from txl_dist.evaluation.context import check_lengths
+from txl_dist.evaluation.scores import SCORE_OF_LEVEL
 from txl_dist.model import TransformerXL
 from txl_dist.model.pretrained import CONFIG_FILE, VOCAB_FILE, read_json
-from txl_dist.scores import SCORE_OF_LEVEL
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -199,12 +200,3 @@ def load_for_evaluation(
         check_lengths(lengths[1], lengths[3])
     model.set_lengths(*lengths)
     return model.to(DTYPES[dtype]).eval()
-
-
-def check_lengths(mem_len: int, same_length: bool) -> None:
-    """Refuse lengths the model cannot evaluate with."""
-    if same_length and mem_len < 1:
-        raise ValueError(
-            f"mem_len {mem_len} with same_length: each query would attend to mem_len = no keys; "
-            "use --same-length false to score with the segment alone"
-        )

@@ -19,6 +19,9 @@ perplexities compare with the harness's other models); generation stops at the t
 Lengths are the export's evaluation ones (eval_tgt_len, eval_mem_len, eval_clamp_len,
 eval_same_length) unless given, as in txl-eval. One process: under a multi-rank launcher it
 refuses to start (the harness would score every request on every rank).
+
+The scoring itself is txl_dist.evaluation.requests' (on the loaded model); this module is the
+harness's side: the export loaded, its text read and written, generation.
 """
 
 from __future__ import annotations
@@ -32,8 +35,11 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from data_pipeline import IGNORE_INDEX, TextBatches
-from txl_dist.engine.evaluate import evaluate
+from txl_dist.evaluation.requests import (
+    rolling_loglikelihood,
+    same_context_length,
+    score_continuations,
+)
 from txl_dist.exports.generation import Sampling, generate
 from txl_dist.exports.loading import EVAL_ROWS, load_for_evaluation
 from txl_dist.exports.text import ExportText
@@ -106,12 +112,7 @@ class TXLM(LM):
         for request in tqdm(requests, desc="rolling", disable=True if disable_tqdm else None):
             (text,) = request.args
             ids = np.asarray(self.text.start + self.encode(text), np.int64)
-            if len(ids) < 2:  # an empty document: nothing to score
-                results.append(0.0)
-                continue
-            batches = TextBatches(ids, rows=1, tgt_len=self.model.config.tgt_len)
-            result = evaluate(self.model, batches, self._device, progress=False)
-            results.append(-result.loss * result.tokens)
+            results.append(rolling_loglikelihood(self.model, ids, self._device))
             self.cache_hook.add_partial("loglikelihood_rolling", (text,), results[-1])
         return results
 
@@ -119,8 +120,8 @@ class TXLM(LM):
         pairs = [self.encode_pair(*request.args) for request in requests]
         results: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)
         bar = tqdm(total=len(pairs), desc="loglikelihood", disable=True if disable_tqdm else None)
-        for batch in self.same_context_length(pairs):
-            scores = self.score_continuations([pairs[i] for i in batch])
+        for batch in same_context_length(pairs, self.batch_size):
+            scores = score_continuations(self.model, [pairs[i] for i in batch], self._device)
             for i, score in zip(batch, scores):
                 results[i] = score
                 self.cache_hook.add_partial("loglikelihood", requests[i].args, score)
@@ -139,52 +140,7 @@ class TXLM(LM):
                 )
             ]
 
-    # ---- how they are computed ----
-
-    def same_context_length(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[int]]:
-        """Indices of `pairs` in batches of at most batch_size whose contexts are equally long."""
-        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]))
-        batches: list[list[int]] = []
-        for i in order:
-            last = batches[-1] if batches else None
-            if last and len(last) < self.batch_size and len(pairs[last[0]][0]) == len(pairs[i][0]):
-                last.append(i)
-            else:
-                batches.append([i])
-        return batches
-
-    @torch.no_grad()
-    def score_continuations(
-        self, pairs: list[tuple[list[int], list[int]]]
-    ) -> list[tuple[float, bool]]:
-        """(log-likelihood, greedy) of each continuation after its context; contexts equally
-        long. The context's inputs (all its tokens but the last) fill the memory first."""
-        tgt_len, device = self.model.config.tgt_len, self._device
-        contexts = torch.tensor([context for context, _ in pairs], device=device)
-        mems = None
-        for start in range(0, contexts.size(1) - 1, tgt_len):
-            # Targets only so the model computes losses, not log-probabilities over the vocabulary.
-            segment = contexts[:, start : start + tgt_len + 1]
-            mems = self.model(segment[:, :-1], segment[:, 1:], mems).mems
-        width = max(1, max(len(continuation) for _, continuation in pairs))
-        inputs = torch.zeros(len(pairs), width, dtype=torch.int64)
-        targets = torch.full((len(pairs), width), IGNORE_INDEX, dtype=torch.int64)
-        for row, (context, continuation) in enumerate(pairs):
-            n = len(continuation)
-            inputs[row, :n] = torch.tensor([context[-1], *continuation[:-1]][:n])
-            targets[row, :n] = torch.tensor(continuation, dtype=torch.int64)
-        inputs, targets = inputs.to(device), targets.to(device)
-        total = torch.zeros(len(pairs), dtype=torch.float64, device=device)
-        greedy = torch.ones(len(pairs), dtype=torch.bool, device=device)
-        for start in range(0, width, tgt_len):
-            cols = slice(start, start + tgt_len)
-            out = self.model(inputs[:, cols], mems=mems)
-            mems, wanted = out.mems, targets[:, cols]
-            scored = wanted != IGNORE_INDEX
-            picked = out.log_probs.gather(-1, wanted.clamp(min=0)[..., None])[..., 0]
-            total += torch.where(scored, picked.double(), 0.0).sum(1)
-            greedy &= ((out.log_probs.argmax(-1) == wanted) | ~scored).all(1)
-        return list(zip(total.tolist(), greedy.tolist()))
+    # ---- generation ----
 
     def generate_one(self, context: str, gen_kwargs: dict) -> str:
         """The text generated after `context` up to the first of gen_kwargs' `until` strings (or

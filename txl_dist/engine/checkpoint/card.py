@@ -13,10 +13,10 @@ from data_pipeline import TOKENIZER_FILE, DataError, redact_text
 from data_pipeline.limits import METADATA_BYTES
 from data_pipeline.received import received_lines
 from txl_dist.engine.checkpoint.consolidate import Checkpoint, ExportError
+from txl_dist.evaluation.scores import format_score, reported_level
 from txl_dist.hf import export as hf_export
 from txl_dist.logs import ranks
 from txl_dist.model.pretrained import SAFETENSORS_FILE, TORCH_FILE
-from txl_dist.scores import format_score, reported_level
 
 MARKUP = {"&": "&amp;", "<": "&lt;", ">": "&gt;", **{c: "\\" + c for c in "\\`*_[]()!~|{}"}}
 """What text from a received txl.json is written as in the README (a model card: Markdown a hub

@@ -1,7 +1,7 @@
 """txl-eval's length sweeps: exported models scored at many memory or clamp lengths.
 
 The split is read once: its batches are kept (16 bytes per token of this rank's rows) and
-replayed for every length and model. Each length is an ordinary evaluation (the engine's
+replayed for every length and model. Each length is an ordinary evaluation (loop.py's
 `evaluate`, distributed when the process group is up), so a sweep row is what a plain
 `txl-eval --mem-len L` prints.
 """
@@ -18,19 +18,19 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from data_pipeline import IGNORE_INDEX
-from txl_dist.engine.evaluate import evaluate
-from txl_dist.exports.context import (
+from txl_dist.evaluation.context import (
     SEGMENT_ALONE_MARK,
     SEGMENT_ALONE_NOTE,
     Recl,
     SweepRow,
     attention_length,
+    check_lengths,
     effective_context,
     recl,
 )
-from txl_dist.exports.loading import check_lengths
+from txl_dist.evaluation.loop import evaluate
+from txl_dist.evaluation.scores import score
 from txl_dist.model import TransformerXL
-from txl_dist.scores import score
 
 
 @dataclass
@@ -42,7 +42,7 @@ class SweepResult:
     threshold: float
     """The effective-context and RECL threshold used."""
     effective: dict[str, int]
-    """Effective context of each model (txl_dist.exports.context.effective_context)."""
+    """Effective context of each model (txl_dist.evaluation.context.effective_context)."""
     recl: dict[str, list[Recl]]
     """RECL of each model at each r, when several models were swept as a group."""
 

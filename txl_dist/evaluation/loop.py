@@ -11,7 +11,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from data_pipeline import IGNORE_INDEX, TokenStreams
-from txl_dist.scores import safe_exp
+from txl_dist.evaluation.scores import safe_exp
 
 
 @dataclass

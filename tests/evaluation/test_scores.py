@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from txl_dist.scores import format_score, score, score_of
+from txl_dist.evaluation.scores import format_score, score, score_of
 
 
 def test_char_level_loss_reads_as_bits_per_character_and_word_level_as_perplexity():

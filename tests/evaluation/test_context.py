@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from txl_dist.exports.context import attention_length, effective_context, recl, relative_gain
+from txl_dist.evaluation.context import attention_length, effective_context, recl, relative_gain
 
 
 def test_attention_length_counts_what_one_prediction_sees():

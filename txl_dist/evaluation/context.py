@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from txl_dist.scores import score_of
+from txl_dist.evaluation.scores import score_of
 
 RECL_THRESHOLD = 0.01  # the paper's: stop when the relative perplexity gain falls below 1%
 
@@ -80,6 +80,15 @@ def attention_length(tgt_len: int, mem_len: int, same_length: bool) -> int:
     mem_len + tgt_len (see txl_dist.model.attention.attention_mask).
     """
     return mem_len if same_length else mem_len + tgt_len
+
+
+def check_lengths(mem_len: int, same_length: bool) -> None:
+    """Refuse lengths the model cannot evaluate with."""
+    if same_length and mem_len < 1:
+        raise ValueError(
+            f"mem_len {mem_len} with same_length: each query would attend to mem_len = no keys; "
+            "use --same-length false to score with the segment alone"
+        )
 
 
 def effective_context(contexts: Sequence[int], losses: Sequence[float], threshold: float) -> int:
