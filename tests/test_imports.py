@@ -24,9 +24,11 @@ ORDER = [
     ["cli"],
     ["harness"],
     ["engine"],
+    ["hf"],
+    ["exports"],
     ["evaluation"],
-    ["process", "hf"],
-    ["config", "exports"],
+    ["process"],
+    ["config"],
     ["model"],
     ["root"],
 ]
