@@ -15,7 +15,7 @@ Every command exits with one rule:
 
 One module per command: pretrain.py (launch/pretrain.py), inspect_model.py (txl-inspect),
 export.py (txl-export), evaluate.py (txl-eval), generate.py (txl-generate), report.py
-(txl-report).
+(txl-report, which reads a run's metrics through run_metrics.py, its part and no command).
 """
 
 import functools
