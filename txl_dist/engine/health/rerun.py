@@ -91,7 +91,7 @@ class StepRerun:
             return
         self.first = self._results(loss)
         self.why = self.suspect(self.first)
-        if self.why:
+        if self.why and self.rank == 0:  # one rank's NaN makes the all-reduced norm NaN
             poison(self.engine)
 
     def suspect(self, results: list[tuple[float, float]]) -> str | None:
@@ -119,15 +119,14 @@ class StepRerun:
             return loss
         first = self.first or self._results(loss)
         self._restore(saved)
-        self.attempt = 2
-        self.sums = []
+        self.attempt, self.sums, skipped = 2, [], skips()
         loss = train_step()
         tolerance = RERUN_TOLERANCE if self.device.type == "cuda" else 0.0
         second = self._results(loss)
         changed = [r for r, (a, b) in enumerate(zip(first, second)) if differ(a, b, tolerance)]
         if changed:
             self._tell(step, changed)
-        elif self.why and self.why != "a periodic replay":
+        elif self.why and self.why != "a periodic replay" and skips() == skipped:  # applied
             self._same(step, self.why)
         return loss
 
@@ -196,14 +195,15 @@ def outlier(sums: list[float]) -> bool:
 
 def poison(engine) -> None:
     """A NaN in this rank's share of the reduced gradient (ZeRO-1/2/3: the optimizer's averaged
-    partitions; ZeRO-0: a parameter's gradient): the global norm DeepSpeed takes of it is NaN
-    on every rank, which skips the update and clears the gradients as an overflow does."""
+    partitions; ZeRO-0: the parameters' gradients), in its largest tensor: the global norm
+    DeepSpeed takes of it is NaN on every rank, which skips the update and clears the gradients
+    as an overflow does. One rank's NaN is enough: rank 0 puts it, in a real gradient share."""
     shares = getattr(engine.optimizer, "averaged_gradients", None) or {}
     grads = [g for s in shares.values() for g in (s if isinstance(s, (list, tuple)) else [s])]
-    for grad in [*grads, *(p.grad for p in engine.module.parameters())]:
-        if grad is not None and grad.numel():
-            grad.view(-1)[0] = math.nan
-            return
+    grads += [p.grad for p in engine.module.parameters()]
+    largest = max((g for g in grads if g is not None), key=torch.numel, default=None)
+    if largest is not None and largest.numel():
+        largest.view(-1)[0] = math.nan
 
 
 def differ(a: tuple[float, float], b: tuple[float, float], tolerance: float = 0.0) -> bool:
