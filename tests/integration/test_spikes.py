@@ -165,7 +165,7 @@ def test_a_bit_flipped_in_one_ranks_gradient_is_named_and_the_model_is_the_clean
         )
         assert clean.keys() == flipped.keys() and clean
         differ = {k: int((clean[k] != flipped[k]).sum()) for k in clean}
-        # ZeRO-3's own skipped update (a replay's too, with no fault) leaves one fp32 weight
-        # element of rank 1 apart, its moments equal (docs/training.md): at most that one.
+        # ZeRO-3 pads the partitions of an odd-sized parameter (crit.out_layers.2.bias, 22487):
+        # that padding element, no weight, is 0 after a skipped update and drifts otherwise.
         allowed = {"/optimizer_state_dict/fp32_flat_groups/0": 1} if stage == 3 else {}
         assert all(n <= allowed.get(k, 0) for k, n in differ.items()), (name, differ)
