@@ -10,7 +10,8 @@ import os
 import pytest
 
 from txl_dist.cli import USAGE_ERROR
-from txl_dist.cli.report import main, plot, plot_sweep, read_metrics, sweep_curves
+from txl_dist.cli.report import main, plot, plot_sweep, sweep_curves
+from txl_dist.cli.run_metrics import read_metrics
 from txl_dist.evaluation.context import CSV_FIELDS, SweepRow, read_csv, write_csv
 from txl_dist.evaluation.scores import score
 
@@ -32,28 +33,6 @@ def write_metrics(run_dir, steps: int = 40) -> None:
         dict(step=10, loss=1.0, lr=1e-4, tokens_per_s=1.0)
     )  # a resumed run logs step 10 again
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def test_reads_training_and_evaluation_series(tmp_path):
-    write_metrics(tmp_path)
-    metrics = read_metrics(str(tmp_path / "metrics.jsonl"))
-    assert len(metrics.loss.points) == 40
-    assert metrics.loss.points[10] == 1.0  # the later record of a step wins
-    assert metrics.score == "ppl" and sorted(metrics.scores) == ["test", "valid"]
-    assert metrics.scores["valid"].xy()[0] == [20, 40]
-
-
-def test_each_corpus_of_a_mix_is_a_series_beside_the_split(tmp_path):
-    rows = [
-        dict(step=4, split="valid", corpus=c, ppl=p) for c, p in (("wiki", 90.0), ("news", 60.0))
-    ]
-    rows.append(dict(step=4, split="valid", ppl=72.0))
-    path = tmp_path / "metrics.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    scores = read_metrics(str(path)).scores
-    assert {name: s.points for name, s in scores.items()} == {
-        "valid wiki": {4: 90.0}, "valid news": {4: 60.0}, "valid": {4: 72.0},
-    }  # fmt: skip
 
 
 def test_writes_a_png_of_the_run(tmp_path, capsys):
@@ -175,6 +154,22 @@ def test_stragglers_are_marked_on_tokens_per_s_and_printed(tmp_path, capsys):
     assert printed.splitlines()[0] == (
         "straggler at step 30: rank 1 (host gpu-07) forward_backward 1.50x the ranks' median"
     )
+
+
+def test_transient_faults_are_marked_on_every_panel_and_said(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    write_metrics(tmp_path)
+    fault = dict(step=5, event="transient_fault", ranks=[1])
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(fault) + "\n")
+    metrics = read_metrics(str(tmp_path / "metrics.jsonl"))
+    assert metrics.faults == [fault] and metrics.loss.points[5] == 10 - 5 * 5 / 40
+    drawn = plot(metrics, str(tmp_path / "report.png"), "run")
+    assert all(panel["fault rank 1"] == ([5, 5], [0, 1]) for panel in drawn.values())
+    assert main([str(tmp_path)]) == 0
+    assert (
+        "transient fault at step 5 on rank 1: the step trained again, its second attempt kept"
+    ) in capsys.readouterr().out.splitlines()
 
 
 # ---- sweeps ----

@@ -20,13 +20,16 @@ from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import Checkpointer, CheckpointState, RunState
 from txl_dist.engine.checkpoint.parts import DeepSpeedPart, RunPart, SeenTokens, StreamPart
 from txl_dist.engine.health.guard import SpikeGuard
+from txl_dist.engine.health.monitor import Health
+from txl_dist.engine.health.nonfinite import NonFinite, NonFiniteLossError
 from txl_dist.engine.health.record import SpikeRecord
 from txl_dist.engine.health.spikes import SpikeDetector
+from txl_dist.engine.health.stragglers import StragglerDetector
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
 from txl_dist.engine.profiling import OutOfDeviceMemoryError
 from txl_dist.engine.schedule import lr_multiplier
-from txl_dist.engine.train import NonFiniteLossError, Trainer
+from txl_dist.engine.train import Trainer
 from txl_dist.evaluation.loop import EvalResult, token_weighted
 from txl_dist.model.accounting import rank_memory_bytes
 from txl_dist.process.dist import World
@@ -162,6 +165,8 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
     checkpoints = SavesAsEvents.for_run(parts, facts, config, world, start_step or None)
     metrics = Metrics(str(tmp_path), enabled=True, run={"run_id": "r", "restart": 0})
     spikes = SpikeGuard(config.spikes, SpikeRecord(SpikeDetector(config.spikes)), 1, metrics)
+    nonfinite = NonFinite(CPU, config.train.max_nonfinite_steps, can_skip=True)
+    stragglers = StragglerDetector.of(config.stragglers, world, CPU, engine, metrics.log)
     return Trainer(
         config=config,
         world=world,
@@ -178,7 +183,7 @@ def make_trainer(tmp_path, events, stop_at=None, start_step=0, evaluation=None, 
         state=state,
         seen=SeenTokens(),
         plan=plan,
-        spikes=spikes,
+        health=Health(spikes, nonfinite, stragglers),
     )
 
 

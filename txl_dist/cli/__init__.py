@@ -15,8 +15,9 @@ Every command exits with one rule:
 
 One module per command: pretrain.py (launch/pretrain.py), inspect_model.py (txl-inspect),
 export.py (txl-export), evaluate.py (txl-eval), generate.py (txl-generate), report.py
-(txl-report); txl-eval's modes are evaluate_data.py, evaluate_sweep.py and evaluate_tasks.py,
-which only evaluate.py imports.
+(txl-report, which reads a run's metrics through run_metrics.py, its part and no command);
+txl-eval's modes are evaluate_data.py, evaluate_sweep.py and evaluate_tasks.py, which only
+evaluate.py imports.
 """
 
 import functools

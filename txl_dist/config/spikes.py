@@ -33,8 +33,11 @@ class SpikesConfig:
     """Steps within which max_rollbacks rollbacks stop the run."""
 
     rerun: bool = True
-    """Train a step whose update was skipped (non-finite) again, to name a rank with a transient
-    fault (not with train.cuda_graphs)."""
+    """Train a step again before acting on it (its update skipped: non-finite, a rank's gradient
+    an outlier, a spiky loss), to name a rank with a transient fault (not with
+    train.cuda_graphs nor fp16, whose loss scale changes on a skipped update)."""
+    replay_interval: int = 0
+    """Every this many steps, train one step twice and compare (needs rerun; 0: never)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -46,7 +49,13 @@ class SpikesConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"spikes.{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("threshold", "min_rise", "grad_norm_threshold", "skip_steps"):
+        for name in (
+            "threshold",
+            "min_rise",
+            "grad_norm_threshold",
+            "skip_steps",
+            "replay_interval",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"spikes.{name} must be >= 0, got {getattr(self, name)}")
         if self.rollback_window < 1:

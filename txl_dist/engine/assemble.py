@@ -20,9 +20,8 @@ from txl_dist.engine.checkpoint.parts import SeenTokens
 from txl_dist.engine.checkpoint.parts.registry import checkpoint_parts
 from txl_dist.engine.data import open_streams, open_training_streams, training_tokenizer
 from txl_dist.engine.deepspeed_setup import deepspeed_config, deepspeed_engine
-from txl_dist.engine.health.guard import SpikeGuard
+from txl_dist.engine.health.monitor import Health
 from txl_dist.engine.health.record import SpikeRecord, SpikesPart
-from txl_dist.engine.health.rerun import StepRerun
 from txl_dist.engine.health.spikes import SpikeDetector
 from txl_dist.engine.memory import MemoryBank
 from txl_dist.engine.metrics import Metrics
@@ -85,10 +84,9 @@ def _assemble_trainer(run: Run, device: torch.device, watchdog: Watchdog) -> Tra
         state=state,
         seen=seen,
         plan=plan,
-        spikes=SpikeGuard(config.spikes, spikes, world.world_size, metrics),
-        reruns=StepRerun(engine, scheduler, memory, world.rank, metrics, device)
-        if config.spikes.rerun and not config.train.cuda_graphs  # graphs replay no hooks
-        else None,
+        health=Health.of(
+            config, world, device, engine, scheduler, memory, metrics, spikes, plan.precision
+        ),
     )
     trainer.announce_job()
     metrics.start_wandb(config.logging.wandb, config.train.out_dir, config.to_dict(), state.run_id)

@@ -18,6 +18,7 @@ import urllib.parse
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from data_pipeline import redact, redact_text
 from txl_dist.config.sections import WandbConfig
@@ -268,6 +269,29 @@ def train_line(r: dict[str, Any]) -> str:
         drawn = (f"{k} {v:,} ({100 * shares[k]:.1f}%)" for k, v in r["mix_tokens"].items())
         parts.append("mix, all ranks: " + " ".join(drawn))
     return " | ".join(parts)
+
+
+class LogWindow:
+    """Sums over the training steps since the last log line (evals and saves excluded); the
+    loss stays on the device until the line is written."""
+
+    def __init__(self, device: torch.device):
+        self.loss_sum = torch.zeros((), device=device)
+        self.steps, self.tokens, self.data_wait, self.seconds = 0, 0, 0.0, 0.0
+
+    def add(self, loss: torch.Tensor, tokens: int, data_wait: float, seconds: float) -> None:
+        self.loss_sum += loss
+        self.steps += 1
+        self.tokens += tokens
+        self.data_wait += data_wait
+        self.seconds += seconds
+
+    def mean_loss(self, world_size: int) -> float:
+        """The loss averaged over the window's steps and all ranks (a collective)."""
+        total = self.loss_sum.clone()
+        if dist.is_initialized():
+            dist.all_reduce(total)
+        return total.item() / (self.steps * world_size)
 
 
 def mix_shares(mix_tokens: dict[str, int] | None) -> dict[str, float] | None:

@@ -15,6 +15,8 @@ so they are left as they are.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from deepspeed.runtime.utils import is_invalid_grad_norm
 from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
@@ -44,3 +46,19 @@ def skip_on_nonfinite_norm(engine) -> None:
         return norm
 
     optimizer.scaled_global_norm = scaled_global_norm
+
+
+def skipped_updates(engine) -> int:
+    """Updates DeepSpeed skipped (a non-finite gradient norm, fp16's overflows): the loss of such
+    a step may be finite, so the trainer's non-finite count misses them."""
+    return int(getattr(engine, "skipped_steps", 0))
+
+
+def step_schedule(scheduler) -> None:
+    """Step the schedule DeepSpeed held back on an update it skipped: the learning rate follows
+    the step count, so a run's warm-up and decay end where the config says. (When the first
+    updates overflow, as fp16's loss-scale search makes them, torch warns that no optimizer step
+    came first: that is the point here.)"""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Detected call of `lr_scheduler", UserWarning)
+        scheduler.step()

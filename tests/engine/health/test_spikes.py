@@ -103,3 +103,16 @@ def test_the_state_round_trips_and_continues_alike():
     after.load_state_dict(before.state_dict())
     assert after.state_dict() == before.state_dict()
     assert feed(after, [20.0], WINDOW + 3) == feed(before, [20.0], WINDOW + 3)
+
+
+def test_the_bound_is_the_loss_just_spiky_enough_and_infinite_before_the_window_fills():
+    spikes = detector()
+    feed(spikes, [5.0] * (WINDOW - 1))
+    assert spikes.bound() == math.inf
+    feed(spikes, [5.0, 5.2] * 5, first_step=WINDOW)
+    bound = spikes.bound()  # a flat window (MAD 0): min_rise above the median decides
+    assert bound == pytest.approx(5.0 * 1.2)
+    feed(spikes, [bound * 0.999, 5.0])  # just under: not spiky, kept
+    assert spikes.suspects == []
+    feed(spikes, [bound * 1.001], first_step=100)  # just over: a suspect
+    assert len(spikes.suspects) == 1

@@ -103,6 +103,13 @@ class SpikeDetector:
         median, _, z = robust_z(seen.grad_norm, self.norms)
         return z > c.grad_norm_threshold and seen.grad_norm > median * (1 + c.min_rise)
 
+    def bound(self) -> float:
+        """The loss above which a step is spiky now (inf until the window is full)."""
+        if len(self.losses) < self.config.window:
+            return math.inf
+        median, deviation, _ = robust_z(0.0, self.losses)
+        return max(median + self.config.threshold * deviation, median * (1 + self.config.min_rise))
+
     def _keep(self, seen: Observation) -> None:
         self.losses.append(seen.loss)
         if seen.grad_norm is not None and math.isfinite(seen.grad_norm):
