@@ -58,7 +58,7 @@ from bench.vs_reference import reference_tree  # noqa: E402
 from data_pipeline.cli import main as prepare_main  # noqa: E402
 from txl_dist.config.sections import run_config_from_dict  # noqa: E402
 from txl_dist.engine.build import compile_layers  # noqa: E402
-from txl_dist.engine.metrics import device_peak_tflops  # noqa: E402
+from txl_dist.engine.throughput import device_peak_tflops  # noqa: E402
 from txl_dist.model import TransformerXL, TXLConfig  # noqa: E402
 from txl_dist.model.accounting import (  # noqa: E402
     activation_bytes_per_row,

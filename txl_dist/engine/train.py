@@ -24,15 +24,9 @@ from txl_dist.engine.checkpoint import Checkpointer, RunState
 from txl_dist.engine.checkpoint.parts import SeenTokens
 from txl_dist.engine.health.monitor import Health
 from txl_dist.engine.memory import MemoryBank
-from txl_dist.engine.metrics import (
-    LogWindow,
-    Metrics,
-    Throughput,
-    memory_gib,
-    mix_shares,
-    train_line,
-)
+from txl_dist.engine.metrics import LogWindow, Metrics, mix_shares, train_line
 from txl_dist.engine.profiling import SnapshotOnOutOfMemory, StepProfiler
+from txl_dist.engine.throughput import Throughput, memory_gib
 from txl_dist.evaluation.loop import EvalResult
 from txl_dist.evaluation.records import log_evaluation
 from txl_dist.evaluation.scores import score
