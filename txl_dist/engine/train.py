@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 class Trainer:
-    """One training run on this rank: gets its parts built (engine.build.build_trainer) and runs.
+    """One training run on this rank: gets its parts built (engine.assemble.build_trainer) and runs.
 
     `evaluate_split(split)` scores a split, `checkpoints` saves complete checkpoints (both
     collective); everything else is the engine, the streams and the bookkeeping around them.
