@@ -102,6 +102,8 @@ def train_shipped(
 def assert_trained_evaluated_and_saved(out: Path, score: str = "ppl") -> dict:
     """The valid split's record, which holds `score` (ppl, or bpc for char-level data)."""
     rows = records(out)
+    # the health detectors stay silent on a real-size run: no rollback, re-run, fault, straggler
+    assert [r for r in rows if "event" in r] == []
     losses = [r["loss"] for r in rows if "split" not in r]
     assert len(losses) == STEPS and all(math.isfinite(loss) for loss in losses)
     (valid,) = [r for r in rows if r.get("split") == "valid"]
