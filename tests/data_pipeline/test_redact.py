@@ -1,8 +1,6 @@
 """One redaction rule for everything written or printed."""
 
 import json
-import os
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -20,7 +18,7 @@ from data_pipeline import (
 from data_pipeline.cli import main
 from data_pipeline.redact import REDACTED, is_secret_name, redact, redact_text
 from data_pipeline.shards.storage import Retry
-from tests import processes
+from tests.cli.startups import start_ups
 from tests.conftest import REPO_ROOT
 
 
@@ -300,22 +298,26 @@ def test_txl_eval_hides_the_parameters(refused_url, capsys, tmp_path):
     assert TOKEN not in error and REDACTED in error and "&part=7" in error, error
 
 
-def pretrain_error(tmp_path: Path, *settings: str) -> str:
-    """The stderr of launch/pretrain.py refusing the tiny config with these settings."""
-    args = [sys.executable, "launch/pretrain.py", "--config", "configs/tiny.json"]
-    settings += (f"train.out_dir={tmp_path / 'run'}", "data.test_split=null")
-    args += [arg for setting in settings for arg in ("--set", setting)]
-    proc = processes.run(args, timeout=120, cwd=REPO_ROOT, env={**os.environ, "TXL_SET": ""})
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    return proc.stderr
+def pretrain_errors(tmp_path: Path, *cases: tuple[str, ...]) -> list[str]:
+    """The stderr of launch/pretrain.py refusing the tiny config with each case's settings (the
+    cases in one process start: tests/cli/startups.py)."""
+    common = (f"train.out_dir={tmp_path / 'run'}", "data.test_split=null")
+    sets = [[arg for s in (*settings, *common) for arg in ("--set", s)] for settings in cases]
+    ended = start_ups([(["--config", "configs/tiny.json", *args], {}) for args in sets])
+    for proc in ended:
+        assert proc.returncode == 2 and proc.process_stderr == "", proc.stderr[-3000:]
+    return [proc.stderr for proc in ended]
 
 
 def test_pretrain_hides_a_data_path_and_an_init_from_credentials(tmp_path, refused_url, wt103):
-    error = pretrain_error(tmp_path, f"data.path={secret_query(f'{refused_url}/data')}")
-    assert error.startswith("config error: ") and error.count("\n") == 1, error
-    assert TOKEN not in error and REDACTED in error and "&part=7" in error, error
     source = f"file://alice:{PASSWORD}@{tmp_path}/nothing?token={TOKEN}"
-    error = pretrain_error(tmp_path, f"data.path={wt103}", f"train.init_from={source}")
+    data_error, error = pretrain_errors(
+        tmp_path,
+        (f"data.path={secret_query(f'{refused_url}/data')}",),
+        (f"data.path={wt103}", f"train.init_from={source}"),
+    )
+    assert data_error.startswith("config error: ") and data_error.count("\n") == 1, data_error
+    assert TOKEN not in data_error and REDACTED in data_error and "&part=7" in data_error
     assert "not a directory (No such file or directory)" in error  # its local part, with secrets
     assert error.count("\n") == 1 and not any(s in error for s in SECRETS), error
     assert f"train.init_from=file://{REDACTED}@{tmp_path}/nothing?token={REDACTED}: " in error
