@@ -142,40 +142,53 @@ def test_mix_weights_that_cannot_be_normalized_are_refused_at_start_up(refused, 
     assert not out.exists()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "plant, refusal",
-    [
-        ("world_size", "is damaged: txl.json records world_size 1000000000, its files are those"),
-        ("sparse tokenizer", "tokenizer.json holds more than TXL_MAX_TOKENIZER_BYTES=134217728"),
-        ("link to /", "zero: refused, a link in a checkpoint, which txl-dist never writes"),
-        ("fifo txl.json", "txl.json is not a regular file (a FIFO, device or directory)"),
-    ],
-)
-def test_resume_of_a_received_checkpoint_checks_its_files_and_numbers_first(
-    tmp_path, plant, refusal
-):
-    """--resume of a real checkpoint someone sent: world_size 10**9 built 10**9 paths, a link
-    to / made the pickle scan walk the file system, a FIFO blocked start-up (SIGTERM ignored),
-    a 5 GB sparse tokenizer.json was read whole. Each is one line before any process group."""
-    tag, _ = received(tmp_path)
-    if plant == "world_size":
+# What a received checkpoint may hold, and how --resume's refusal of it reads.
+PLANTED = {
+    "world_size": "is damaged: txl.json records world_size 1000000000, its files are those",
+    "sparse tokenizer": "tokenizer.json holds more than TXL_MAX_TOKENIZER_BYTES=134217728",
+    "link to /": "zero: refused, a link in a checkpoint, which txl-dist never writes",
+    "fifo txl.json": "txl.json is not a regular file (a FIFO, device or directory)",
+}
+
+
+def plant(tag: Path, what: str) -> None:
+    """Plant `what` (a PLANTED key) in the checkpoint `tag`."""
+    if what == "world_size":
         record = json.loads((tag / "txl.json").read_text())
         (tag / "txl.json").write_text(json.dumps({**record, "world_size": 10**9}))
-    elif plant == "sparse tokenizer":
+    elif what == "sparse tokenizer":
         with open(tag / "tokenizer.json", "wb") as f:
             f.truncate(5 << 30)
-    elif plant == "link to /":
+    elif what == "link to /":
         os.symlink("/", tag / "zero")
     else:
         (tag / "txl.json").unlink()
         os.mkfifo(tag / "txl.json")
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory) -> dict:
+    """{planted: how --resume of a received checkpoint holding it ended}, in one process."""
     model = ["model.n_token=1465", "model.cutoffs=[]", "model.tie_projs=[false]", "model.div_val=1"]
-    settings = [f"train.out_dir={tmp_path / 'out'}", "logging.wandb.mode=disabled", *model]
-    args = [sys.executable, "launch/pretrain.py", "--config", "configs/tiny.json"]
-    args += ["--resume", str(tag), *(a for s in settings for a in ("--set", s))]
-    proc = processes.run(args, timeout=120, cwd=REPO_ROOT, env={**os.environ, "TXL_SET": ""})
+    cases = []
+    for what in PLANTED:
+        root = tmp_path_factory.mktemp("received")
+        tag, _ = received(root)
+        plant(tag, what)
+        settings = [f"train.out_dir={root / 'out'}", "logging.wandb.mode=disabled", *model]
+        argv = ["--config", "configs/tiny.json", "--resume", tag]
+        cases.append(([*argv, *(a for s in settings for a in ("--set", s))], {}))
+    return dict(zip(PLANTED, start_ups(cases)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("planted", PLANTED)
+def test_resume_of_a_received_checkpoint_checks_its_files_and_numbers_first(resumed, planted):
+    """--resume of a real checkpoint someone sent: world_size 10**9 built 10**9 paths, a link
+    to / made the pickle scan walk the file system, a FIFO blocked start-up (SIGTERM ignored),
+    a 5 GB sparse tokenizer.json was read whole. Each is one line before any process group."""
+    proc = resumed[planted]
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.process_stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("checkpoint error: ") and refusal in last
+    assert last.startswith("checkpoint error: ") and PLANTED[planted] in last
