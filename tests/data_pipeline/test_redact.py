@@ -274,7 +274,17 @@ def test_parameters_naming_a_credential_anywhere_are_redacted():
         assert is_secret_name(name), name
 
 
-def test_txl_prepare_verify_and_txl_export_vocab_hide_the_parameters(refused_url, capsys):
+@pytest.fixture
+def back_to_back(monkeypatch):
+    """A refused connection's retries, all of them, without the waits between them: the tests
+    using it check what the last error shows (tests/data_pipeline/shards/test_storage.py checks
+    the backoff)."""
+    monkeypatch.setattr(Retry, "wait", lambda self, retry: 0.0)
+
+
+def test_txl_prepare_verify_and_txl_export_vocab_hide_the_parameters(
+    refused_url, capsys, back_to_back
+):
     from txl_dist.cli.export import main as export_main
 
     url = secret_query(f"{refused_url}/data")
@@ -285,7 +295,7 @@ def test_txl_prepare_verify_and_txl_export_vocab_hide_the_parameters(refused_url
         assert TOKEN not in line and REDACTED in line and "&part=7" in line, line
 
 
-def test_txl_eval_hides_the_parameters(refused_url, capsys, tmp_path):
+def test_txl_eval_hides_the_parameters(refused_url, capsys, tmp_path, back_to_back):
     from txl_dist.cli.evaluate import main as eval_main
     from txl_dist.model import TransformerXL, TXLConfig
 
@@ -313,7 +323,8 @@ def test_pretrain_hides_a_data_path_and_an_init_from_credentials(tmp_path, refus
     source = f"file://alice:{PASSWORD}@{tmp_path}/nothing?token={TOKEN}"
     data_error, error = pretrain_errors(
         tmp_path,
-        (f"data.path={secret_query(f'{refused_url}/data')}",),
+        # one try: the connection is refused at once, and a retry's waits add nothing here
+        (f"data.path={secret_query(f'{refused_url}/data')}", "data.read_attempts=1"),
         (f"data.path={wt103}", f"train.init_from={source}"),
     )
     assert data_error.startswith("config error: ") and data_error.count("\n") == 1, data_error
