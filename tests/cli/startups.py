@@ -49,6 +49,12 @@ class Ended:
     process_stderr: str  # the whole child's stderr outside the cases (its imports' lines)
 
 
+def tiny(*settings: object, options: tuple = ()) -> list[str]:
+    """launch/pretrain.py's arguments: the tiny config, `options`, then each setting's --set."""
+    sets = [arg for setting in settings for arg in ("--set", str(setting))]
+    return ["--config", "configs/tiny.json", *map(str, options), *sets]
+
+
 def start_ups(cases: list[tuple[list[str], dict[str, str]]]) -> list[Ended]:
     """Run launch/pretrain.py with each (arguments, environment changes) case in one child
     whose TXL_SET is empty; the cases' endings, in order."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests import processes
-from tests.cli.startups import start_ups
+from tests.cli.startups import start_ups, tiny
 from tests.cli.test_export import received
 from tests.conftest import REPO_ROOT
 from txl_dist.cli.pretrain import _keep_traceback, _write_stop_file
@@ -99,12 +99,11 @@ MIX_REFUSALS = {
 def refused(tmp_path_factory) -> dict:
     """The start-ups below, all in one process: {case: (how it ended, its train.out_dir)}."""
     root, cases = tmp_path_factory.mktemp("refused"), {}
-    tiny = ["--config", "configs/tiny.json"]
     # One process told by the launcher's variables that it is rank 0 of 2: the plan refuses
     # before anything else happens (no run directory, no process group waiting for rank 1).
     out = root / "eval_rows"
-    settings = ["model.n_token=12000", f"train.out_dir={out}", "train.eval_rows=7"]
-    argv = [*tiny, "--verbose", *(arg for setting in settings for arg in ("--set", setting))]
+    argv = tiny("model.n_token=12000", f"train.out_dir={out}", "train.eval_rows=7",
+                options=("--verbose",))  # fmt: skip
     cases["eval_rows"] = (argv, {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, out)
     for i, weights in enumerate(MIX_REFUSALS):
         out = root / f"mix{i}"
@@ -112,13 +111,9 @@ def refused(tmp_path_factory) -> dict:
             f'{{"name": "{n}", "path": "{n}", "weight": {w}}}' for n, w in zip("ab", weights)
         ]
         mix = f"[{', '.join(corpora)}]"  # JSON's Infinity too, as --set reads it
-        settings = [
-            "data.path=null",
-            f"data.mix={mix}",
-            "model.n_token=12000",
-            f"train.out_dir={out}",
-        ]
-        argv = [*tiny, *(arg for setting in settings for arg in ("--set", setting))]
+        argv = tiny(
+            "data.path=null", f"data.mix={mix}", "model.n_token=12000", f"train.out_dir={out}"
+        )
         cases[weights] = (argv, {}, out)
     ended = start_ups([(argv, env) for argv, env, _ in cases.values()])
     return {case: (end, out) for (case, (*_, out)), end in zip(cases.items(), ended)}
@@ -176,8 +171,7 @@ def resumed(tmp_path_factory) -> dict:
         tag, _ = received(root)
         plant(tag, what)
         settings = [f"train.out_dir={root / 'out'}", "logging.wandb.mode=disabled", *model]
-        argv = ["--config", "configs/tiny.json", "--resume", tag]
-        cases.append(([*argv, *(a for s in settings for a in ("--set", s))], {}))
+        cases.append((tiny(*settings, options=("--resume", tag)), {}))
     return dict(zip(PLANTED, start_ups(cases)))
 
 

@@ -18,7 +18,7 @@ from data_pipeline import (
 from data_pipeline.cli import main
 from data_pipeline.redact import REDACTED, is_secret_name, redact, redact_text
 from data_pipeline.shards.storage import Retry
-from tests.cli.startups import start_ups
+from tests.cli.startups import start_ups, tiny
 from tests.conftest import REPO_ROOT
 
 
@@ -312,8 +312,7 @@ def pretrain_errors(tmp_path: Path, *cases: tuple[str, ...]) -> list[str]:
     """The stderr of launch/pretrain.py refusing the tiny config with each case's settings (the
     cases in one process start: tests/cli/startups.py)."""
     common = (f"train.out_dir={tmp_path / 'run'}", "data.test_split=null")
-    sets = [[arg for s in (*settings, *common) for arg in ("--set", s)] for settings in cases]
-    ended = start_ups([(["--config", "configs/tiny.json", *args], {}) for args in sets])
+    ended = start_ups([(tiny(*settings, *common), {}) for settings in cases])
     for proc in ended:
         assert proc.returncode == 2 and proc.process_stderr == "", proc.stderr[-3000:]
     return [proc.stderr for proc in ended]

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests import processes
-from tests.cli.startups import start_ups
+from tests.cli.startups import start_ups, tiny
 from tests.conftest import REPO_ROOT
 from txl_dist.process import restarts
 
@@ -96,8 +96,7 @@ READ_BY_THE_PREAMBLE = "TXL_MAX_RESTARTS"
 def read_in_main(tmp_path_factory) -> dict:
     """{variable: how launch/pretrain.py's start-up with its typo ended}, in one process."""
     out = tmp_path_factory.mktemp("typos") / "run"
-    argv = ["--config", "configs/tiny.json", "--set", "model.n_token=267735"]
-    argv += ["--set", f"train.out_dir={out}"]
+    argv = tiny("model.n_token=267735", f"train.out_dir={out}")
     typos = [(name, value) for name, value in LAUNCHER_TYPOS if name != READ_BY_THE_PREAMBLE]
     ended = start_ups([(argv, {name: value}) for name, value in typos])
     return {name: end for (name, _), end in zip(typos, ended)}
