@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import subprocess
 import sys
@@ -26,7 +27,10 @@ def test_ctrl_c_during_generation_prints_one_line_and_exits_130(tmp_path):
     VOCAB.save(str(tmp_path / "vocab.txt"))
     args = [sys.executable, "-m", "txl_dist.cli.generate", "--model", tmp_path]
     args += ["--max-tokens", "100000000"]
-    popen = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT)
+    # One compute thread, as given: on a busy machine the command would otherwise say that it
+    # chose fewer threads, a line before the one this test reads.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    popen = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT, env=env)
     with processes.process_group([str(a) for a in args], **popen) as proc:
         assert proc.stdout.read(8)  # generating: words are printed as they come
         proc.send_signal(signal.SIGINT)

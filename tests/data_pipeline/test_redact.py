@@ -1,8 +1,6 @@
 """One redaction rule for everything written or printed."""
 
 import json
-import os
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -21,7 +19,7 @@ from data_pipeline import (
 from data_pipeline.cli import main
 from data_pipeline.redact import REDACTED, is_secret_name, redact, redact_text
 from data_pipeline.shards.storage import Retry
-from tests import processes
+from tests.cli.startups import start_ups, tiny
 from tests.conftest import REPO_ROOT
 
 
@@ -277,7 +275,17 @@ def test_parameters_naming_a_credential_anywhere_are_redacted():
         assert is_secret_name(name), name
 
 
-def test_txl_prepare_verify_and_txl_export_vocab_hide_the_parameters(refused_url, capsys):
+@pytest.fixture
+def back_to_back(monkeypatch):
+    """A refused connection's retries, all of them, without the waits between them: the tests
+    using it check what the last error shows (tests/data_pipeline/shards/test_storage.py checks
+    the backoff)."""
+    monkeypatch.setattr(Retry, "wait", lambda self, retry: 0.0)
+
+
+def test_txl_prepare_verify_and_txl_export_vocab_hide_the_parameters(
+    refused_url, capsys, back_to_back
+):
     from txl_dist.cli.export import main as export_main
 
     url = secret_query(f"{refused_url}/data")
@@ -288,7 +296,7 @@ def test_txl_prepare_verify_and_txl_export_vocab_hide_the_parameters(refused_url
         assert TOKEN not in line and REDACTED in line and "&part=7" in line, line
 
 
-def test_txl_eval_hides_the_parameters(refused_url, capsys, tmp_path):
+def test_txl_eval_hides_the_parameters(refused_url, capsys, tmp_path, back_to_back):
     from txl_dist.cli.evaluate import main as eval_main
     from txl_dist.model import TransformerXL, TXLConfig
 
@@ -301,22 +309,26 @@ def test_txl_eval_hides_the_parameters(refused_url, capsys, tmp_path):
     assert TOKEN not in error and REDACTED in error and "&part=7" in error, error
 
 
-def pretrain_error(tmp_path: Path, *settings: str) -> str:
-    """The stderr of launch/pretrain.py refusing the tiny config with these settings."""
-    args = [sys.executable, "launch/pretrain.py", "--config", "configs/tiny.json"]
-    settings += (f"train.out_dir={tmp_path / 'run'}", "data.test_split=null")
-    args += [arg for setting in settings for arg in ("--set", setting)]
-    proc = processes.run(args, timeout=120, cwd=REPO_ROOT, env={**os.environ, "TXL_SET": ""})
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    return proc.stderr
+def pretrain_errors(tmp_path: Path, *cases: tuple[str, ...]) -> list[str]:
+    """The stderr of launch/pretrain.py refusing the tiny config with each case's settings (the
+    cases in one process start: tests/cli/startups.py)."""
+    common = (f"train.out_dir={tmp_path / 'run'}", "data.test_split=null")
+    ended = start_ups([(tiny(*settings, *common), {}) for settings in cases])
+    for proc in ended:
+        assert proc.returncode == 2 and proc.process_stderr == "", proc.stderr[-3000:]
+    return [proc.stderr for proc in ended]
 
 
 def test_pretrain_hides_a_data_path_and_an_init_from_credentials(tmp_path, refused_url, wt103):
-    error = pretrain_error(tmp_path, f"data.path={secret_query(f'{refused_url}/data')}")
-    assert error.startswith("config error: ") and error.count("\n") == 1, error
-    assert TOKEN not in error and REDACTED in error and "&part=7" in error, error
     source = f"file://alice:{PASSWORD}@{tmp_path}/nothing?token={TOKEN}"
-    error = pretrain_error(tmp_path, f"data.path={wt103}", f"train.init_from={source}")
+    data_error, error = pretrain_errors(
+        tmp_path,
+        # one try: the connection is refused at once, and a retry's waits add nothing here
+        (f"data.path={secret_query(f'{refused_url}/data')}", "data.read_attempts=1"),
+        (f"data.path={wt103}", f"train.init_from={source}"),
+    )
+    assert data_error.startswith("config error: ") and data_error.count("\n") == 1, data_error
+    assert TOKEN not in data_error and REDACTED in data_error and "&part=7" in data_error
     assert "not a directory (No such file or directory)" in error  # its local part, with secrets
     assert error.count("\n") == 1 and not any(s in error for s in SECRETS), error
     assert f"train.init_from=file://{REDACTED}@{tmp_path}/nothing?token={REDACTED}: " in error

@@ -10,6 +10,7 @@ import fsspec
 import torch
 
 from data_pipeline import Reading, TokenStreams, load_manifest, manifest_url, prepare, verify
+from data_pipeline.cli import main
 from tests.processes import run
 
 from .conftest import SMALL
@@ -50,24 +51,21 @@ def test_s3_prepare_stream_and_verify(wt103, shared_data, s3_endpoint, monkeypat
     assert len(verify(root, options)) == 2
 
 
-def test_cli_writes_to_s3_configured_by_environment(shared_data, s3_endpoint):
-    env = {
-        **os.environ,
-        "AWS_ACCESS_KEY_ID": "x",
-        "AWS_SECRET_ACCESS_KEY": "x",
-        "AWS_ENDPOINT_URL": s3_endpoint,
-    }
+def test_cli_writes_to_s3_configured_by_environment(shared_data, s3_endpoint, monkeypatch, capsys):
+    aws = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_ENDPOINT_URL": s3_endpoint}
     fsspec.filesystem("s3", endpoint_url=s3_endpoint, key="x", secret="x").mkdir("txl-cli")
     source = shared_data / "wikitext-2" / "test.txt"
-    for args in (
-        ["--dataset", "wikitext-2", "--source", str(source), "--out", "s3://txl-cli/wt2"],
-        ["--verify", "s3://txl-cli/wt2"],
-    ):
-        done = run(
-            [sys.executable, "-m", "data_pipeline", "--no-progress", *args], timeout=120, env=env
-        )
-        assert done.returncode == 0, done.stderr
-    assert "s3://txl-cli/wt2/test/manifest.json: 1 shards, 245569 tokens OK" in done.stdout
+    args = ["--dataset", "wikitext-2", "--source", str(source), "--out", "s3://txl-cli/wt2"]
+    # the command as a SLURM job runs it, then its --verify in this process (the same main())
+    done = run([sys.executable, "-m", "data_pipeline", "--no-progress", *args], timeout=120,
+               env={**os.environ, **aws})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for name, value in aws.items():
+        monkeypatch.setenv(name, value)
+    assert main(["--no-progress", "--verify", "s3://txl-cli/wt2"]) == 0
+    assert "s3://txl-cli/wt2/test/manifest.json: 1 shards, 245569 tokens OK" in (
+        capsys.readouterr().out
+    )
 
 
 def test_a_rank_reads_only_the_samples_its_rows_need(wt103, http_server):

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tests import processes
+from tests.cli.startups import start_ups, tiny
 from tests.conftest import REPO_ROOT
 from txl_dist.process import restarts
 
@@ -85,15 +86,32 @@ def test_how_a_rank_ended_names_signals_hangs_and_exit_codes():
     assert restarts.how_it_ended(1) == "exited with code 1"
 
 
-@pytest.mark.parametrize(
-    "name, value",
-    [("TXL_MAX_RESTARTS", "three"), ("TXL_RESTART", "1st"), ("LOCAL_WORLD_SIZE", "-2")],
-)
-def test_a_launcher_variable_that_is_no_number_is_named_in_one_line(tmp_path, name, value):
-    args = [sys.executable, "launch/pretrain.py", "--config", "configs/tiny.json"]
-    args += ["--set", "model.n_token=267735", "--set", f"train.out_dir={tmp_path / 'run'}"]
-    env = {**os.environ, "TXL_SET": "", name: value}
-    proc = processes.run(args, timeout=120, cwd=REPO_ROOT, env=env)
+LAUNCHER_TYPOS = [("TXL_MAX_RESTARTS", "three"), ("TXL_RESTART", "1st"), ("LOCAL_WORLD_SIZE", "-2")]
+# Read by launch/pretrain.py's preamble, before torch's import: a real start of its own. The
+# others are read in main() after the imports: their start-ups share one process.
+READ_BY_THE_PREAMBLE = "TXL_MAX_RESTARTS"
+
+
+@pytest.fixture(scope="module")
+def read_in_main(tmp_path_factory) -> dict:
+    """{variable: how launch/pretrain.py's start-up with its typo ended}, in one process."""
+    out = tmp_path_factory.mktemp("typos") / "run"
+    argv = tiny("model.n_token=267735", f"train.out_dir={out}")
+    typos = [(name, value) for name, value in LAUNCHER_TYPOS if name != READ_BY_THE_PREAMBLE]
+    ended = start_ups([(argv, {name: value}) for name, value in typos])
+    return {name: end for (name, _), end in zip(typos, ended)}
+
+
+@pytest.mark.parametrize("name, value", LAUNCHER_TYPOS)
+def test_a_launcher_variable_that_is_no_number_is_named_in_one_line(request, tmp_path, name, value):
+    if name == READ_BY_THE_PREAMBLE:
+        args = [sys.executable, "launch/pretrain.py", "--config", "configs/tiny.json"]
+        args += ["--set", "model.n_token=267735", "--set", f"train.out_dir={tmp_path / 'run'}"]
+        env = {**os.environ, "TXL_SET": "", name: value}
+        proc = processes.run(args, timeout=120, cwd=REPO_ROOT, env=env)
+    else:
+        proc = request.getfixturevalue("read_in_main")[name]
+        assert proc.process_stderr == "", proc.process_stderr[-3000:]
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == (
         f"config error: environment variable {name}={value!r} is not a whole number >= 0: "
