@@ -144,7 +144,7 @@ def instrument(trainer, sections: Sections) -> None:
     sections.wrap(base, "step", "optimizer step (in engine)")
     sections.wrap(trainer.memory, "get", "memory bank")
     sections.wrap(trainer.memory, "set", "memory bank")
-    sections.wrap(trainer.nonfinite, "add", "non-finite counter")
+    sections.wrap(trainer.health.nonfinite, "add", "non-finite counter")
     sections.wrap(trainer.stop, "agreed", "stop agreement")
     sections.wrap(trainer, "_log_train", "log lines")
 
