@@ -9,6 +9,7 @@
 - exports/: what the commands do with an exported model: load, text, generation;
 - hf/: the Hugging Face export; harness/: lm-evaluation-harness models;
 - cli/: the commands;
-- logs.py, files.py: the log path, files written into runs;
+- logs.py, files.py, stop_note.py: the log path, files written into runs, the note an early
+  stop leaves for the batch script;
 - checkpoint_names.py: a checkpoint's directory and file names, for the engine and the model.
 """

@@ -1,5 +1,5 @@
-"""The pretrain command: the stop file is created exclusively, never through a planted link;
-launch/pretrain.py gives torch huge pages."""
+"""The pretrain command: a traceback is never written through a planted link; launch/pretrain.py
+gives torch huge pages."""
 
 import json
 import os
@@ -13,37 +13,8 @@ from tests import processes
 from tests.cli.startups import start_ups, tiny
 from tests.cli.test_export import received
 from tests.conftest import REPO_ROOT
-from txl_dist.cli.pretrain import _keep_traceback, _write_stop_file
+from txl_dist.cli.pretrain import _keep_traceback
 from txl_dist.process.dist import World
-
-
-def test_stop_file_is_private_and_names_the_job(tmp_path, monkeypatch):
-    monkeypatch.setenv("SLURM_JOB_ID", "4242")
-    path = tmp_path / "stop.json"
-    _write_stop_file(str(path), 7, "max_wallclock", "runs/x/checkpoints")
-    assert json.loads(path.read_text()) == dict(
-        step=7, reason="max_wallclock", checkpoints="runs/x/checkpoints", slurm_job_id="4242"
-    )
-    assert path.stat().st_mode & 0o777 == 0o600
-
-
-def test_a_straggler_stop_names_the_nodes_to_exclude(tmp_path):
-    path = tmp_path / "stop.json"
-    _write_stop_file(str(path), 15, "straggler rank 1", "ck", ["gpu-07", "gpu-09"])
-    assert json.loads(path.read_text())["exclude"] == "gpu-07,gpu-09"
-
-
-def test_a_planted_link_or_file_is_never_written_through(tmp_path):
-    victim = tmp_path / "victim"
-    victim.write_text("precious")
-    link = tmp_path / "stop.json"
-    os.symlink(victim, link)
-    with pytest.raises(FileExistsError):
-        _write_stop_file(str(link), 7, "signal", "ck")
-    assert victim.read_text() == "precious"
-    with pytest.raises(FileExistsError):
-        _write_stop_file(str(victim), 7, "signal", "ck")
-    assert victim.read_text() == "precious"
 
 
 def test_a_traceback_is_never_written_through_a_planted_link(tmp_path):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -34,6 +33,7 @@ from txl_dist.files import open_new
 from txl_dist.logs import configure_logging
 from txl_dist.process.dist import World, end_distributed, world_from_env
 from txl_dist.schema import ConfigError
+from txl_dist.stop_note import write_stop_note
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     if stopped_early and args.stop_file and world.is_main:
         checkpoints = os.path.join(trainer.config.train.out_dir, checkpoint.CHECKPOINT_DIR)
         slow_hosts = sorted({s.host for s in trainer.stragglers.stopped})
-        _write_stop_file(args.stop_file, trainer.step, stopped_early, checkpoints, slow_hosts)
+        write_stop_note(args.stop_file, trainer.step, stopped_early, checkpoints, slow_hosts)
     end_distributed()
     if world.is_main:
         _summarize(trainer, stopped_early)
@@ -183,21 +183,3 @@ def _summarize(trainer: Trainer, stopped_early: str | None) -> None:
         checkpoint=os.path.join(train.out_dir, checkpoint.CHECKPOINT_DIR, tag),
     ):
         log.info(line)
-
-
-def _write_stop_file(
-    path: str, step: int, reason: str, ckpt_dir: str, slow_hosts: list[str] | None = None
-) -> None:
-    """Written only once the checkpoint is complete: its presence means "resume me".
-
-    Created exclusively and never through a link, so a planted file or symlink is an error
-    rather than a file of someone else's overwritten.
-    """
-    note = dict(step=step, reason=reason, checkpoints=ckpt_dir)
-    if slow_hosts:  # stragglers.policy=stop: the nodes a requeued job should not run on
-        note["exclude"] = ",".join(slow_hosts)
-    if os.environ.get("SLURM_JOB_ID"):  # the batch script requeues only its own job's note
-        note["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    with os.fdopen(os.open(path, flags, 0o600), "w") as f:
-        json.dump(note, f)
