@@ -57,3 +57,47 @@ def test_each_render_has_a_budget_of_its_own():
     # 32 M characters a render (two repetitions and their sum): 160 M in all, each under 64 Mi
     template = bounded(BoundedSandbox()).from_string("{{ ('a' * 8000000 + 'b' * 8000000)|length }}")
     assert [template.render() for _ in range(5)] == ["16000000"] * 5
+
+
+class Counted(str):
+    """A string that counts how often its length is taken: the sandbox's sizing visits."""
+
+    visits = 0
+
+    def __len__(self) -> int:
+        Counted.visits += 1
+        return super().__len__()
+
+
+GROWN_BY_SUMS = (
+    NS + "{% for i in range(n) %}{% set ns.l = ns.l + [w] %}{% endfor %}{{ ns.l|length }}"
+)
+
+
+def test_a_list_grown_by_sums_in_a_loop_is_sized_once_per_item():
+    Counted.visits = 0
+    template = bounded(BoundedSandbox()).from_string(GROWN_BY_SUMS)
+    assert template.render(n=2000, w=Counted("ab")) == "2000"
+    assert Counted.visits == 2000  # walking the list at each sum: 2000 * 2001 / 2
+
+
+def test_a_list_grown_by_sums_is_charged_every_sum_whole():
+    # 100 range steps, sums of 3 * i + 3 (the list's i items of 'ab' and the new one), output "100"
+    charged = 100 + sum(3 * i + 3 for i in range(100)) + 3
+    template = bounded(BoundedSandbox(total_chars=charged)).from_string(GROWN_BY_SUMS)
+    assert template.render(n=100, w="ab") == "100"
+    with pytest.raises(SecurityError, match="one render may build"):
+        bounded(BoundedSandbox(total_chars=charged - 1)).from_string(GROWN_BY_SUMS).render(
+            n=100, w="ab"
+        )
+
+
+def test_a_list_grown_in_place_after_a_sum_is_sized_anew():
+    # after 5 M appended in place the list holds 5 M, not the 3 its sum built: the sums that
+    # copy it charge 25 M, not 15 characters
+    template = NS + (
+        "{% set ns.l = ns.l + ['ab'] %}{% set big = 'a' * 5000000 %}{{ ns.l.append(big) }}"
+        "{% set ns.m = ns.l + ns.l + ns.l %}"
+    )
+    with pytest.raises(SecurityError, match="a sum takes .* one render may build"):
+        render(template, total_chars=20_000_000)

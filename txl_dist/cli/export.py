@@ -35,6 +35,7 @@ from data_pipeline import (
     redact_text,
     vocab_url,
 )
+from txl_dist.checkpoint_names import CLIENT_FILE
 from txl_dist.cli import USAGE_ERROR, interruptible
 from txl_dist.engine.checkpoint.card import readme
 from txl_dist.engine.checkpoint.consolidate import (
@@ -44,7 +45,6 @@ from txl_dist.engine.checkpoint.consolidate import (
     consolidated_weights,
     open_checkpoint,
 )
-from txl_dist.engine.checkpoint.state import CLIENT_FILE
 from txl_dist.evaluation.scores import reported_level
 from txl_dist.exports.loading import DATA_FILE, DTYPES, EOS_KEY, tokenizer_record
 from txl_dist.hf import export as hf_export

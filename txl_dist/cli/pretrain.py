@@ -20,6 +20,7 @@ from typing import NoReturn
 import torch.distributed as dist
 
 from data_pipeline import redact_text
+from txl_dist.checkpoint_names import CHECKPOINT_DIR
 from txl_dist.cli import FAILED, USAGE_ERROR
 from txl_dist.config.loading import naming_txl_set
 from txl_dist.engine import checkpoint, run_dir
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     stopped_early = _train(trainer, world)
     if stopped_early and args.stop_file and world.is_main:
-        checkpoints = os.path.join(trainer.config.train.out_dir, checkpoint.CHECKPOINT_DIR)
+        checkpoints = os.path.join(trainer.config.train.out_dir, CHECKPOINT_DIR)
         slow_hosts = sorted({s.host for s in trainer.stragglers.stopped})
         write_stop_note(args.stop_file, trainer.step, stopped_early, checkpoints, slow_hosts)
     end_distributed()
@@ -180,6 +181,6 @@ def _summarize(trainer: Trainer, stopped_early: str | None) -> None:
         max_steps=train.max_steps,
         stopped_early=stopped_early,
         evaluations=trainer.metrics.evaluations,
-        checkpoint=os.path.join(train.out_dir, checkpoint.CHECKPOINT_DIR, tag),
+        checkpoint=os.path.join(train.out_dir, CHECKPOINT_DIR, tag),
     ):
         log.info(line)

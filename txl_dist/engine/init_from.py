@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 from data_pipeline import DataError, load_manifest, manifest_url, redact_text
+from txl_dist.checkpoint_names import CHECKPOINT_DIR, CLIENT_FILE, LATEST
 from txl_dist.config.sections import RunConfig
-from txl_dist.engine.checkpoint import CHECKPOINT_DIR, CLIENT_FILE, LATEST
 from txl_dist.engine.checkpoint.consolidate import (
     Checkpoint,
     ExportError,

@@ -11,6 +11,7 @@ import logging
 import os
 import time
 
+from txl_dist.checkpoint_names import CHECKPOINT_DIR
 from txl_dist.engine import checkpoint
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ class RunDirError(Exception):
 
 def previous_run(out_dir: str) -> str | None:
     """What the checkpoints in out_dir belong to, in words, or None when there are none."""
-    directory = os.path.join(out_dir, checkpoint.CHECKPOINT_DIR)
+    directory = os.path.join(out_dir, CHECKPOINT_DIR)
     tags = checkpoint.tags_in(directory) if os.path.isdir(directory) else []
     try:
         point = checkpoint.find_resume_point("auto", out_dir)

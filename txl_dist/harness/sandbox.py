@@ -45,6 +45,26 @@ class Budget:
 
     def __init__(self, total: int) -> None:
         self.spent, self.total = 0, total
+        self.last_sum: tuple[list | tuple, int] | None = None
+        """The sequence the last sum built and its chars(), so that a loop growing a list by
+        sums (`l = l + [x]`) does not walk the whole list again at each step."""
+
+    def size(self, value: Any) -> int:
+        """chars(value), the last sum's without a walk."""
+        if self.last_sum is not None and value is self.last_sum[0]:
+            return self.last_sum[1]
+        return chars(value)
+
+    def built(self, value: Any, size: int) -> Any:
+        """`value`, which a sum built at chars() `size`, remembered to be sized without a walk
+        (a string's len() is no walk)."""
+        if isinstance(value, (list, tuple)):
+            self.last_sum = (value, size)
+        return value
+
+    def mutated(self) -> None:
+        """A list changed in place: the last sum's size may be stale (it may hold that list)."""
+        self.last_sum = None
 
     def spend(self, size: int, what: str) -> None:
         check_size(size, what)
@@ -92,7 +112,9 @@ class BoundedSandbox(SandboxedEnvironment):
             check_repeat(left, right, self.budget)
             check_repeat(right, left, self.budget)
         elif operator == "+" and isinstance(left, SEQUENCES) and isinstance(right, SEQUENCES):
-            self.budget.spend(chars(left) + chars(right), "a sum")
+            size = self.budget.size(left) + self.budget.size(right)
+            self.budget.spend(size, "a sum")
+            return self.budget.built(super().call_binop(context, operator, left, right), size)
         elif operator == "**" and isinstance(left, int) and isinstance(right, int):
             self.budget.spend(abs(right) * max(abs(left).bit_length() - 1, 0) // 8, "a power")
         elif operator == "%" and isinstance(left, str):
@@ -109,6 +131,8 @@ class BoundedSandbox(SandboxedEnvironment):
             check_replace(owner, args[0], args[1], __self.budget)
         elif isinstance(owner, list) and name in GROWING:
             __self.budget.spend(sum(chars(arg) for arg in given), f"a list's {name}")
+        if isinstance(owner, list):
+            __self.budget.mutated()
         return super().call(__context, __obj, *args, **kwargs)
 
     def counted_range(self, *args: int) -> range:

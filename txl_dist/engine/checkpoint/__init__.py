@@ -29,6 +29,7 @@ complete checkpoint. Conversions are written the same way. A resume checks the r
     card.py          the README an export carries (how the run trained, escaped text)
 """
 
+from txl_dist.checkpoint_names import CHECKPOINT_DIR, CLIENT_FILE, LATEST
 from txl_dist.engine.checkpoint.checkpointer import Checkpointer
 from txl_dist.engine.checkpoint.parts import CheckpointPart, Place, RunState
 from txl_dist.engine.checkpoint.resume import (
@@ -41,9 +42,6 @@ from txl_dist.engine.checkpoint.resume import (
     restore,
 )
 from txl_dist.engine.checkpoint.state import (
-    CHECKPOINT_DIR,
-    CLIENT_FILE,
-    LATEST,
     PARTIAL,
     STATE_VERSION,
     TAG_PATTERN,

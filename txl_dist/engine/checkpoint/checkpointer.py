@@ -9,12 +9,13 @@ from typing import Any, TypeVar
 
 import torch.distributed as dist
 
+from txl_dist.checkpoint_names import CHECKPOINT_DIR
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint.parts import CheckpointPart, Place, rank_file
 from txl_dist.engine.checkpoint.size import checkpoint_bytes
 from txl_dist.engine.checkpoint.snapshot.background import BackgroundSave
 from txl_dist.engine.checkpoint.snapshot.budget import SnapshotBudget
-from txl_dist.engine.checkpoint.state import CHECKPOINT_DIR, CheckpointState
+from txl_dist.engine.checkpoint.state import CheckpointState
 from txl_dist.engine.checkpoint.store.asynchronous import AsynchronousSave
 from txl_dist.engine.checkpoint.store.retention import prune
 from txl_dist.engine.checkpoint.store.transaction import SaveTransaction, SynchronousSave

@@ -18,16 +18,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from txl_dist.checkpoint_names import CHECKPOINT_DIR, CLIENT_FILE, LATEST
 from txl_dist.config.plan import RunPlan
 from txl_dist.config.sections import RunConfig, run_config_from_dict
 from txl_dist.engine.checkpoint.resume import ResumePoint, find_resume_point
-from txl_dist.engine.checkpoint.state import (
-    CHECKPOINT_DIR,
-    CLIENT_FILE,
-    LATEST,
-    CheckpointStateError,
-    read_latest,
-)
+from txl_dist.engine.checkpoint.state import CheckpointStateError, read_latest
 from txl_dist.engine.checkpoint.store.trusted import UnsafeCheckpointError, load_trusted
 from txl_dist.model import TransformerXL
 from txl_dist.model.accounting import build_on_meta

@@ -17,11 +17,9 @@ import torch.distributed as dist
 from data_pipeline.limits import TOKENIZER_BYTES
 from data_pipeline.received import ReceivedFileError, read_received
 from data_pipeline.streams import StreamStateError
+from txl_dist.checkpoint_names import CHECKPOINT_DIR, CLIENT_FILE, LATEST
 from txl_dist.engine.checkpoint.parts import CheckpointPart, Location, Place, RunState, rank_file
 from txl_dist.engine.checkpoint.state import (
-    CHECKPOINT_DIR,
-    CLIENT_FILE,
-    LATEST,
     PARTIAL,
     UNIVERSAL,
     CheckpointState,

@@ -12,7 +12,7 @@ from typing import Any
 from data_pipeline import BatchStream
 from data_pipeline.limits import METADATA_BYTES
 from data_pipeline.received import read_received_text
-from txl_dist.checkpoint_names import CHECKPOINT_DIR, CLIENT_FILE, LATEST  # noqa: F401 (the layout)
+from txl_dist.checkpoint_names import LATEST
 from txl_dist.config.sections import RunConfig
 from txl_dist.engine.checkpoint.layout_v1 import upgraded
 from txl_dist.process.dist import World

@@ -15,7 +15,7 @@ from isal import isal_zlib
 from data_pipeline import TOKENIZER_FILE
 from data_pipeline.limits import TOKENIZER_BYTES
 from data_pipeline.received import read_received
-from txl_dist.engine.checkpoint.state import CLIENT_FILE
+from txl_dist.checkpoint_names import CLIENT_FILE
 from txl_dist.files import open_new
 
 DIGEST_CHUNK = 16 << 20

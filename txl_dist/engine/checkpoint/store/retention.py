@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 
+from txl_dist.checkpoint_names import CLIENT_FILE
 from txl_dist.engine.checkpoint.state import (
-    CLIENT_FILE,
     ENTRY_PATTERN,
     UNIVERSAL,
     CheckpointState,

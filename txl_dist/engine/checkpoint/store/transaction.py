@@ -33,10 +33,9 @@ from typing import Any
 
 import torch.distributed as dist
 
+from txl_dist.checkpoint_names import CLIENT_FILE, LATEST
 from txl_dist.engine.checkpoint.snapshot.background import save_to, serializing
 from txl_dist.engine.checkpoint.state import (
-    CLIENT_FILE,
-    LATEST,
     PARTIAL,
     UNIVERSAL,
     CheckpointState,

@@ -1,0 +1,23 @@
+"""A rollback's checkpoint: the newest intact one before the spike; and the data it skips."""
+
+from __future__ import annotations
+
+from tests.engine.checkpoint.on_disk import damage_memory_file, fake_checkpoint
+from txl_dist.engine.health.rollback import good_checkpoint, skipped
+
+
+def test_the_newest_intact_checkpoint_before_the_spike_is_chosen(tmp_path):
+    for step in (10, 20, 30):
+        fake_checkpoint(tmp_path, step, world_size=2, rows_per_rank=4)
+    directory = str(tmp_path)
+    assert good_checkpoint(directory, before=41).tag == "global_step30"
+    assert good_checkpoint(directory, before=30).tag == "global_step20"  # 30 is the spike's
+    damage_memory_file(tmp_path / "global_step20")
+    assert good_checkpoint(directory, before=30).tag == "global_step10"  # 20 passed over
+    assert good_checkpoint(directory, before=10) is None
+    assert good_checkpoint(str(tmp_path / "absent"), before=10) is None
+
+
+def test_the_skipped_batches_are_drawn_and_the_streams_go_on_after_them():
+    batches = skipped([("a", 1), ("b", 2), ("c", 3)], 2)
+    assert list(batches) == [("c", 3)]
