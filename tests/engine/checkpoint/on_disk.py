@@ -1,6 +1,9 @@
 """Checkpoints written as a save writes them, without DeepSpeed: memory files, a txl.json that
 records them, and `latest`."""
 
+import os
+import socket
+
 import torch
 
 from txl_dist.engine import checkpoint
@@ -47,3 +50,31 @@ def damage_memory_file(tag):
     data = bytearray(path.read_bytes())
     data[-100] ^= 0xFF
     path.write_bytes(bytes(data))
+
+
+# replace_record's kinds, and what the one line naming such a checkpoint says of it.
+NO_RECORD = {
+    "missing": "txl.json missing: checkpoint global_step30 is incomplete",
+    "directory": "is not a regular file (a FIFO, device or directory)",
+    "link": "txl.json is a link",
+    "fifo": "is not a regular file (a FIFO, device or directory)",
+    "socket": "txl.json is unreadable (No such device or address): checkpoint global_step30",
+}
+
+
+def replace_record(tag, kind):
+    """Put `kind` where a checkpoint's txl.json is: nothing, a directory, a link to the record,
+    a FIFO or a socket (which open() refuses, like an unreadable file)."""
+    record = tag / checkpoint.CLIENT_FILE
+    saved = record.read_bytes()
+    record.unlink()
+    if kind == "directory":
+        record.mkdir()
+    elif kind == "link":
+        (tag.parent / "elsewhere.json").write_bytes(saved)
+        record.symlink_to(tag.parent / "elsewhere.json")
+    elif kind == "fifo":
+        os.mkfifo(record)
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(record))

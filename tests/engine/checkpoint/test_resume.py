@@ -8,7 +8,13 @@ import pytest
 from data_pipeline import manifest_url, prepare
 from data_pipeline.streams import MixedStreams, MixSource
 from tests.data_pipeline.corpora.test_records import write_jsonl
-from tests.engine.checkpoint.on_disk import damage_memory_file, fake_checkpoint, state
+from tests.engine.checkpoint.on_disk import (
+    NO_RECORD,
+    damage_memory_file,
+    fake_checkpoint,
+    replace_record,
+    state,
+)
 from txl_dist.engine import checkpoint
 from txl_dist.engine.checkpoint import DamagedCheckpointError
 from txl_dist.engine.checkpoint.parts import RunState
@@ -143,3 +149,16 @@ def test_a_mix_state_no_stream_can_stand_at_is_refused_naming_the_checkpoint_fil
     where = tmp_path / "global_step5" / checkpoint.CLIENT_FILE
     assert str(refused.value).startswith(f"{where}: parts.stream: stream state {says}")
     assert stream.state_dict() == stream.state_of(stream.row_states())  # still at its start
+
+
+@pytest.mark.parametrize("kind", NO_RECORD)
+def test_resume_auto_passes_over_a_checkpoint_without_a_readable_record(tmp_path, kind):
+    ckpts = tmp_path / "checkpoints"
+    for step in (20, 30):
+        fake_checkpoint(ckpts, step, 2, 4)
+    replace_record(ckpts / "global_step30", kind)
+    point = checkpoint.find_resume_point("auto", str(tmp_path))
+    assert point.tag == "global_step20"
+    (passed_over,) = point.passed_over
+    assert f"{ckpts}/global_step30" in passed_over and NO_RECORD[kind] in passed_over
+    assert passed_over.endswith(": resuming from global_step20")

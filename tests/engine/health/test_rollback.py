@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from tests.engine.checkpoint.on_disk import damage_memory_file, fake_checkpoint
+import pytest
+
+from tests.engine.checkpoint.on_disk import (
+    NO_RECORD,
+    damage_memory_file,
+    fake_checkpoint,
+    replace_record,
+)
 from txl_dist.engine.health.rollback import good_checkpoint, skipped
 
 
@@ -21,3 +28,15 @@ def test_the_newest_intact_checkpoint_before_the_spike_is_chosen(tmp_path):
 def test_the_skipped_batches_are_drawn_and_the_streams_go_on_after_them():
     batches = skipped([("a", 1), ("b", 2), ("c", 3)], 2)
     assert list(batches) == [("c", 3)]
+
+
+@pytest.mark.parametrize("kind", NO_RECORD)
+def test_a_checkpoint_without_a_readable_record_is_passed_over_naming_it(tmp_path, kind):
+    for step in (10, 20, 30):
+        fake_checkpoint(tmp_path, step, world_size=2, rows_per_rank=4)
+    replace_record(tmp_path / "global_step30", kind)
+    point = good_checkpoint(str(tmp_path), before=41)
+    assert point.tag == "global_step20"
+    (passed_over,) = point.passed_over
+    assert f"{tmp_path}/global_step30" in passed_over and NO_RECORD[kind] in passed_over
+    assert passed_over.endswith(": rolling back to global_step20")

@@ -84,16 +84,28 @@ def _newest_intact(directory: str) -> ResumePoint:
     """`latest`, or if it is damaged the newest earlier checkpoint that is intact."""
     latest = read_latest(directory)
     earlier = [(step, name) for step, name in tags_in(directory) if step < step_of(latest)]
+    tags = [latest, *(name for _, name in reversed(earlier))]
+    point, damaged = first_intact(directory, tags, "resuming from")
+    if point is None:
+        raise DamagedCheckpointError(f"{damaged[0]}, and no earlier checkpoint is intact")
+    return point
+
+
+def first_intact(
+    directory: str, tags: list[str], going_to: str
+) -> tuple[ResumePoint | None, list[str]]:
+    """The first of `tags` that _checked_point accepts (None if none), and why each one before
+    it was passed over; its passed_over says so, ending "`going_to` TAG"."""
     damaged = []
-    for tag in [latest, *(name for _, name in reversed(earlier))]:
+    for tag in tags:
         try:
             point = _checked_point(directory, tag)
         except DamagedCheckpointError as err:
             damaged.append(str(err))
             continue
-        point.passed_over = [f"{reason}: resuming from {tag}" for reason in damaged]
-        return point
-    raise DamagedCheckpointError(f"{damaged[0]}, and no earlier checkpoint is intact")
+        point.passed_over = [f"{reason}: {going_to} {tag}" for reason in damaged]
+        return point, damaged
+    return None, damaged
 
 
 def _checked_point(directory: str, tag: str) -> ResumePoint:
@@ -108,6 +120,11 @@ def _checked_point(directory: str, tag: str) -> ResumePoint:
         raise DamagedCheckpointError(f"{client_path} is damaged: not JSON ({err})") from err
     except ReceivedFileError as err:  # a link, FIFO or oversized file in its place
         raise DamagedCheckpointError(f"checkpoint {tag_dir} is damaged: {err}") from err
+    except OSError as err:  # e.g. no read permission, or a socket: no record to go by
+        reason = err.strerror or err
+        raise DamagedCheckpointError(
+            f"{client_path} is unreadable ({reason}): checkpoint {tag} is damaged"
+        ) from err
     try:
         problem = (
             damage(tag_dir, client.files)

@@ -8,21 +8,24 @@ of the streams; the skipped rows' memories are reset, as at a document boundary.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 
 import torch
 
 from data_pipeline import BatchStream
-from txl_dist.engine.checkpoint import Checkpointer, DamagedCheckpointError, tags_in
+from txl_dist.engine.checkpoint import Checkpointer, tags_in
 from txl_dist.engine.checkpoint.resume import (
     ResumePoint,
     convert_to_universal,
-    find_resume_point,
+    first_intact,
     load_parts,
     needs_universal,
 )
 from txl_dist.engine.memory import MemoryBank
+
+log = logging.getLogger(__name__)
 
 # Parts a rollback keeps as the run has them: the run's restarts, and the spike record itself
 # (its rollbacks and data position go on; a resume loads both from the checkpoint).
@@ -34,17 +37,13 @@ class LossSpikeError(RuntimeError):
 
 
 def good_checkpoint(directory: str, before: int) -> ResumePoint | None:
-    """The newest intact checkpoint of a step before `before` (damaged ones passed over)."""
+    """The newest intact checkpoint of a step before `before`: damaged or incomplete ones are
+    passed over as `--resume auto` passes them (resume.first_intact), each named in the
+    point's passed_over."""
     if not os.path.isdir(directory):
         return None
-    for step, tag in reversed(tags_in(directory)):
-        if step >= before:
-            continue
-        try:
-            return find_resume_point(os.path.join(directory, tag), directory)
-        except DamagedCheckpointError:
-            continue
-    return None
+    tags = [tag for step, tag in reversed(tags_in(directory)) if step < before]
+    return first_intact(directory, tags, "rolling back to")[0]
 
 
 def roll_back(
@@ -59,6 +58,8 @@ def roll_back(
             f"a loss spike from step {before} on, and no checkpoint before it to roll back to: "
             "save earlier (train.save_interval) or turn the detector off (spikes.enabled=false)"
         )
+    for damaged in point.passed_over if checkpoints.world.is_main else ():
+        log.warning(f"warning: {damaged}")
     universal = needs_universal(point, checkpoints.world.world_size, zero_stage)
     tag = convert_to_universal(point) if universal else point.tag
     load_parts(point, tag, [p for p in checkpoints.parts if p.name not in KEPT_PARTS])
