@@ -21,8 +21,13 @@ log = logging.getLogger(__name__)
 Finder = Callable[[bytes, int], int | None]
 
 TITLE_BOUNDARY = re.compile(rb"^ \r?\n = [^=\r\n][^\r\n]*[^=\r\n] = \r?\n(?= \r?\n)", re.M)
+# A text block ends at a blank line: one holding nothing but spaces, tabs, \v or \f, ended by LF
+# or CRLF (mixed line ends alike); a run of them is one break (encoding.BLANK_RUN).
+BLANK_LINE = rb"[ \t\x0b\x0c]*\r?\n"
+# Pieces are cut only after an empty line (LF or CRLF), a break that a fixed few bytes show: a
+# line of spaces may be any length. Every cut is a break, so documents never depend on the cuts.
 EMPTY_LINE = re.compile(rb"\n\r?\n")
-CONTEXT = 2  # bytes read before a search position so that "^" and "\n\n" see what precedes it
+CONTEXT = 3  # bytes read before a search position: "^", or a "\n\r\n" ending at it, seen whole
 
 
 def next_article(data: bytes, pos: int) -> int | None:
@@ -41,8 +46,11 @@ def next_line(data: bytes, pos: int) -> int | None:
 
 
 def next_block(data: bytes, pos: int) -> int | None:
-    """First position after an empty line at or after ``pos`` (a text block boundary)."""
-    m = EMPTY_LINE.search(data, pos - 2)
+    """First position after an empty line (LF or CRLF) at or after ``pos`` (a text block
+    boundary)."""
+    m = EMPTY_LINE.search(data, max(pos - CONTEXT, 0))
+    if m and m.end() < pos:  # a "\n\n" ending before pos: one a byte on may end at pos
+        m = EMPTY_LINE.search(data, m.start() + 1)
     return m.end() if m else None
 
 

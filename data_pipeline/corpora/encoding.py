@@ -17,6 +17,7 @@ import fsspec
 import numpy as np
 
 from data_pipeline.corpora.boundaries import (
+    BLANK_LINE,
     TITLE_BOUNDARY,
     Finder,
     boundary_at_or_after,
@@ -34,7 +35,7 @@ MARK = b"\x00"
 # match): a literal first byte lets re jump between line ends where "^" tries every byte (over a
 # whole piece, 15x slower).
 TITLE_AFTER_NEWLINE = re.compile(b"\n(?=" + TITLE_BOUNDARY.pattern.removeprefix(b"^") + b")", re.M)
-BLANK_RUN = re.compile(rb"\n(?:[ \t\x0b\x0c]*\n)+")
+BLANK_RUN = re.compile(rb"\n(?:" + BLANK_LINE + rb")+")  # a break between text blocks
 # Whitespace to str.split() that bytes.split() does not know, as UTF-8 and as text.
 EXOTIC_SPACE = re.compile(
     rb"[\x1c-\x1f]|\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa8\xa9\xaf]|\xe2\x81\x9f|\xe3\x80\x80"
