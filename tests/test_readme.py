@@ -16,7 +16,9 @@ environment is on PATH: the blocks after the README's `source
 .venv/bin/activate` block start with that line, as the README asks of every new shell. What the
 test changes, and nothing else:
 - TXL_SET (the documented overrides from the environment) cuts every training run to a few
-  steps;
+  steps; in the docs pages' blocks it also sets wandb to disabled (its backend's start costs
+  seconds a run), while the README's runs keep wandb offline, so the clean-checkout check
+  still covers the files wandb writes;
 - `bash launch/install.sh` runs as `true`: CI has just run it on this checkout, and in the
   temporary layout it would re-point the environment's editable install there.
 Afterwards `git status` of the temporary checkouts (with the repository's .gitignore) and of
@@ -48,13 +50,15 @@ NOT_RUN = re.compile(r"# not run here: \S")
 ACTIVATE = "source .venv/bin/activate"
 INSTALL = "bash launch/install.sh"
 TXL_SET = "train.max_steps=2 logging.log_interval=1"  # every training run: 2 steps, both logged
+DOCS_TXL_SET = f"{TXL_SET} logging.wandb.mode=disabled"  # the README's runs cover wandb offline
 VALID_BYTES = 10_000  # of the 1.1 MB valid split: ~2,000 tokens, evaluations of seconds
 BLOCK_TIMEOUT_S = 300
 FENCE = re.compile(r"^( *)```(\S*)\s*$")
 # What a machine without a GPU lacks: a block may be left unrun for one of these only.
 LACKS = ("GPU", "SLURM cluster", "several nodes", "internet", "S3 bucket")
-# The runs the pages train, each with its own train.out_dir.
-TRAINED = ["sample", "tiny", "tiny-deepspeed", "tiny-torchrun", "tiny-python", "tiny-300"]
+# The runs the pages train, each with its own train.out_dir: the README's, then the docs'.
+README_TRAINED = ["sample", "tiny"]
+TRAINED = [*README_TRAINED, "tiny-deepspeed", "tiny-torchrun", "tiny-python", "tiny-300"]
 
 
 @dataclasses.dataclass
@@ -289,6 +293,7 @@ def test_documented_commands_run_as_written_and_leave_the_checkout_clean(shared_
     before = {path: git_status(path) for path in (checkout, table, REPO_ROOT)}
     activated, times = False, []
     for page in pages():
+        env["TXL_SET"] = TXL_SET if page == README else DOCS_TXL_SET
         for block in bash_blocks(page.read_text()):
             if not block.runnable:
                 continue
@@ -305,5 +310,7 @@ def test_documented_commands_run_as_written_and_leave_the_checkout_clean(shared_
     for run in TRAINED:
         latest = checkout / "runs" / run / "checkpoints" / "latest"
         assert latest.read_text().strip() == "global_step2", run
+        wandb_runs = list((checkout / "runs" / run / "wandb").glob("offline-run-*/run-*.wandb"))
+        assert len(wandb_runs) == (run in README_TRAINED), (run, wandb_runs)
     left = {str(path): sorted(git_status(path) - status) for path, status in before.items()}
     assert not any(left.values()), f"the blocks left what git sees (write under runs/): {left}"

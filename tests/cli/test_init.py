@@ -31,6 +31,9 @@ def test_ctrl_c_during_generation_prints_one_line_and_exits_130(tmp_path):
     # chose fewer threads, a line before the one this test reads.
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     popen = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT, env=env)
+    # As in a terminal: a suite started in the background (`... &` in a script) inherits SIGINT
+    # ignored, and the command would then generate on until this test's timeout.
+    popen["preexec_fn"] = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
     with processes.process_group([str(a) for a in args], **popen) as proc:
         assert proc.stdout.read(8)  # generating: words are printed as they come
         proc.send_signal(signal.SIGINT)

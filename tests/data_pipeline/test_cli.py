@@ -47,6 +47,8 @@ def test_ctrl_c_is_one_line_and_the_same_command_goes_on(shared_data, tmp_path):
     says so in one line and exits 130, and running it again finishes the same output."""
     out, whole = tmp_path / "out", tmp_path / "whole"
     popen = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    # As in a terminal: a suite started in the background inherits SIGINT ignored.
+    popen["preexec_fn"] = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
     with processes.process_group(prepare_command(shared_data, out), **popen) as proc:
         deadline = time.monotonic() + 60
         while not (out / ".prepare").exists() and proc.poll() is None:

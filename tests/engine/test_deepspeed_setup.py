@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from tests import processes
 from tests.conftest import REPO_ROOT
 from txl_dist.config.loading import load_run_config
@@ -31,8 +33,10 @@ def test_fitted_buckets_hold_the_largest_gradient_where_the_config_sets_none():
     assert "reduce_bucket_size" not in deepspeed_config(unfitted, unfitted.plan(2), False)
 
 
-FP32_ZERO0_STEPS = """
+# Both tests' engines in one process: one start-up (imports, process group) instead of two.
+ONE_RANK_ENGINES = """
 import json, sys, torch, torch.distributed as dist
+from deepspeed.accelerator import get_accelerator
 from txl_dist.config.loading import load_run_config
 from txl_dist.engine.build import build_model
 from txl_dist.engine.deepspeed_setup import build_optimizer, deepspeed_config, initialize_engine
@@ -55,118 +59,124 @@ def counted(name, call):
 for module in (dist, dist.distributed_c10d):
     for name in COLLECTIVES:
         setattr(module, name, counted(name, getattr(module, name)))
-config = load_run_config("configs/tiny.json", sys.argv[1:])
+accelerator, synchronized = get_accelerator(), []
+synchronize = accelerator.synchronize
+accelerator.synchronize = lambda *args: synchronized.append(1) or synchronize(*args)
 init_distributed(World(0, 1, 0))
-ds_config = deepspeed_config(config, config.plan(1), load_universal=False)
-model, plain = build_model(config, ds_config), build_model(config, ds_config)
-engine, _ = initialize_engine(model, build_optimizer(model, config), None, ds_config)
-optimizer = build_optimizer(plain, config)
-collectives.clear()  # those of the set-up
-ids = torch.randint(0, config.model.n_token, (4, 3, 17), generator=torch.Generator().manual_seed(0))
-clip, norms = config.ds.gradient_clipping, []
-for batch in ids.unbind(1):
-    engine.backward(engine(batch[:, :-1], batch[:, 1:]).loss.float().mean())
-    engine.step()
-    plain(batch[:, :-1], batch[:, 1:]).loss.float().mean().backward()
-    norms.append(torch.nn.utils.clip_grad_norm_(plain.parameters(), clip, foreach=False).item())
-    optimizer.step()
-    optimizer.zero_grad()
-diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), plain.parameters()))
-print("RESULT " + json.dumps(dict(norms=norms, diff=diff, collectives=collectives)))
+
+
+def fp32_zero0_steps(settings):
+    config = load_run_config("configs/tiny.json", settings)
+    ds_config = deepspeed_config(config, config.plan(1), load_universal=False)
+    model, plain = build_model(config, ds_config), build_model(config, ds_config)
+    engine, _ = initialize_engine(model, build_optimizer(model, config), None, ds_config)
+    optimizer = build_optimizer(plain, config)
+    collectives.clear()  # those of the set-up
+    n_token = config.model.n_token
+    ids = torch.randint(0, n_token, (4, 3, 17), generator=torch.Generator().manual_seed(0))
+    clip, norms = config.ds.gradient_clipping, []
+    for batch in ids.unbind(1):
+        engine.backward(engine(batch[:, :-1], batch[:, 1:]).loss.float().mean())
+        engine.step()
+        plain(batch[:, :-1], batch[:, 1:]).loss.float().mean().backward()
+        norms.append(torch.nn.utils.clip_grad_norm_(plain.parameters(), clip, foreach=False).item())
+        optimizer.step()
+        optimizer.zero_grad()
+    diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), plain.parameters()))
+    return dict(norms=norms, diff=diff, collectives=list(collectives))
+
+
+def one_rank_stages(settings):
+    ids = torch.randint(0, 12000, (4, 3, 17), generator=torch.Generator().manual_seed(0))
+    results = {}
+    for precision in ("bf16", "fp32"):
+        bf16 = [f"deepspeed.bf16.enabled={json.dumps(precision == 'bf16')}"]
+        configured = load_run_config("configs/tiny.json", [*settings, *bf16])
+        runs = {}
+        for name, config in (("configured", configured), ("one rank", configured.at_world_size(1))):
+            ds_config = deepspeed_config(config, config.plan(1), load_universal=False)
+            model = build_model(config, ds_config)
+            engine, _ = initialize_engine(model, build_optimizer(model, config), None, ds_config)
+            losses, mems = [], [None, None]
+            synchronized.clear()
+            for batch in ids.unbind(1):  # 3 updates of 2 micro batches
+                for slot in (0, 1):
+                    rows = batch[2 * slot : 2 * slot + 2]
+                    out = engine(rows[:, :-1], rows[:, 1:], mems[slot])
+                    loss = out.loss.float().mean()
+                    engine.backward(loss)
+                    engine.step()
+                    losses.append(loss.item())
+                    mems[slot] = out.mems
+            weights = [p.detach().float() for p in engine.module.parameters()]
+            kind, stage = type(engine.optimizer).__name__, config.zero_stage
+            runs[name] = (stage, kind, losses, weights, len(synchronized))
+        (stage, _, losses, weights, _), (one_stage, optimizer, one_losses, one_weights, syncs) = (
+            runs.values()
+        )
+        results[precision] = dict(
+            stages=[stage, one_stage],
+            optimizer=optimizer,
+            same_losses=losses == one_losses,
+            max_weight_difference=max(
+                (a - b).abs().max().item() for a, b in zip(weights, one_weights)
+            ),
+            device_synchronizations=syncs,
+        )
+    return results
+
+
+fp32, stages = (json.loads(arg) for arg in sys.argv[1:])
+print("RESULT " + json.dumps(dict(fp32=fp32_zero0_steps(fp32), stages=one_rank_stages(stages))))
 end_distributed()
 """
 
+FP32_ZERO0 = [
+    *SETTINGS,
+    "model.dropout=0.0",
+    "train.global_rows=4",
+    "deepspeed.zero_optimization.stage=0",
+    "deepspeed.bf16.enabled=false",
+]
+# A ZeRO-2 config with DeepSpeed's gradient buckets (as wt103_base).
+ZERO2_BUCKETS = [
+    *SETTINGS,
+    "model.dropout=0.0",
+    "train.global_rows=4",
+    "train.max_micro_rows=2",
+    "deepspeed.zero_optimization.contiguous_gradients=true",
+]
 
-def one_process(script: str, settings: list[str]):
-    """What `python -c script SETTINGS` prints after RESULT, as one process of its own (no
-    launcher's rank variables), from the repository root."""
+
+@pytest.fixture(scope="module")
+def one_rank() -> dict:
+    """What the engines of one process (no launcher's rank variables) did, from the repository
+    root: {"fp32": the ZeRO-0 steps, "stages": the ZeRO-2 config as one rank runs it}."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT")}
+    settings = [json.dumps(FP32_ZERO0), json.dumps(ZERO2_BUCKETS)]
     proc = processes.run(
-        [sys.executable, "-c", script, *settings], timeout=300, cwd=REPO_ROOT, env=env
+        [sys.executable, "-c", ONE_RANK_ENGINES, *settings], timeout=300, cwd=REPO_ROOT, env=env
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.split("RESULT ")[1])
 
 
-def test_one_fp32_zero0_rank_steps_as_plain_torch_and_calls_no_collective():
+def test_one_fp32_zero0_rank_steps_as_plain_torch_and_calls_no_collective(one_rank):
     """Where DeepSpeed steps our optimizer itself, its clipping is ours (torch's, foreach) and
     one rank reduces nothing: three steps with clipping active equal plain torch's."""
-    settings = [
-        *SETTINGS,
-        "model.dropout=0.0",
-        "train.global_rows=4",
-        "deepspeed.zero_optimization.stage=0",
-        "deepspeed.bf16.enabled=false",
-    ]
-    result = one_process(FP32_ZERO0_STEPS, settings)
+    result = one_rank["fp32"]
     assert min(result["norms"]) > 0.25, result  # every step was clipped
     assert result["diff"] < 1e-6, result
     assert result["collectives"] == [], result
 
 
-ONE_RANK_STAGES = """
-import json, sys, torch
-from deepspeed.accelerator import get_accelerator
-from txl_dist.config.loading import load_run_config
-from txl_dist.engine.build import build_model
-from txl_dist.engine.deepspeed_setup import build_optimizer, deepspeed_config, initialize_engine
-from txl_dist.process.dist import World, end_distributed, init_distributed
-
-accelerator, synchronized = get_accelerator(), []
-synchronize = accelerator.synchronize
-accelerator.synchronize = lambda *args: synchronized.append(1) or synchronize(*args)
-init_distributed(World(0, 1, 0))
-ids = torch.randint(0, 12000, (4, 3, 17), generator=torch.Generator().manual_seed(0))
-results = {}
-for precision in ("bf16", "fp32"):
-    settings = [*sys.argv[1:], f"deepspeed.bf16.enabled={json.dumps(precision == 'bf16')}"]
-    configured = load_run_config("configs/tiny.json", settings)
-    runs = {}
-    for name, config in (("configured", configured), ("one rank", configured.at_world_size(1))):
-        ds_config = deepspeed_config(config, config.plan(1), load_universal=False)
-        model = build_model(config, ds_config)
-        engine, _ = initialize_engine(model, build_optimizer(model, config), None, ds_config)
-        losses, mems = [], [None, None]
-        synchronized.clear()
-        for batch in ids.unbind(1):  # 3 updates of 2 micro batches
-            for slot in (0, 1):
-                rows = batch[2 * slot : 2 * slot + 2]
-                out = engine(rows[:, :-1], rows[:, 1:], mems[slot])
-                loss = out.loss.float().mean()
-                engine.backward(loss)
-                engine.step()
-                losses.append(loss.item())
-                mems[slot] = out.mems
-        weights = [p.detach().float() for p in engine.module.parameters()]
-        stage = config.zero_stage
-        runs[name] = (stage, type(engine.optimizer).__name__, losses, weights, len(synchronized))
-    (stage, _, losses, weights, _), (one_stage, optimizer, one_losses, one_weights, syncs) = (
-        runs.values()
-    )
-    results[precision] = dict(
-        stages=[stage, one_stage],
-        optimizer=optimizer,
-        same_losses=losses == one_losses,
-        max_weight_difference=max((a - b).abs().max().item() for a, b in zip(weights, one_weights)),
-        device_synchronizations=syncs,
-    )
-print("RESULT " + json.dumps(results))
-end_distributed()
-"""
-
-
-def test_one_rank_runs_zero2_as_zero1_with_the_same_updates_and_no_device_synchronization():
+def test_one_rank_runs_zero2_as_zero1_with_the_same_updates_and_no_device_synchronization(
+    one_rank,
+):
     """A ZeRO-2 config with DeepSpeed's gradient buckets (as wt103_base) and the same config as
     one rank runs it (ZeRO-1 without buckets): three updates of two micro batches give the same
     losses and weights in bf16 and fp32; DeepSpeed's steps never synchronize the device."""
-    settings = [
-        *SETTINGS,
-        "model.dropout=0.0",
-        "train.global_rows=4",
-        "train.max_micro_rows=2",
-        "deepspeed.zero_optimization.contiguous_gradients=true",
-    ]
-    results = one_process(ONE_RANK_STAGES, settings)
+    results = one_rank["stages"]
     assert list(results) == ["bf16", "fp32"]
     for result in results.values():
         assert result["stages"] == [2, 1] and result["optimizer"] == "DeepSpeedZeroOptimizer"
