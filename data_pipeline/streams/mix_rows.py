@@ -92,33 +92,37 @@ class MixRows:
 
     def start(self, row: int, start: RowStart) -> RowCursor:
         """Global ``row``'s cursor at ``start``: in every share at the first document that
-        begins after a token drawn from the whole share; in its first corpus's, from there at
-        the first document with the start's rest of tokens, that many before its end. A row's
-        first documents are then drawn from its whole shares, as a running row's are."""
+        begins after a token drawn from the whole share; in its first corpus's, from there in
+        a document with the start's rest of tokens, that many before its end. A row's first
+        documents are then drawn from its whole shares, as a running row's are."""
         offsets = [int(f * c.share) for f, c in zip(start.fractions, self.corpora)]
         offsets = [self.next_begin(row, c, offset) for c, offset in enumerate(offsets)]
         offsets[start.corpus] = self.rest_before_end(
-            row, start.corpus, offsets[start.corpus], start.rest
+            row, start.corpus, offsets[start.corpus], start.rest, start.pick
         )
         return RowCursor.start(start, offsets)
 
-    def rest_before_end(self, row: int, c: int, begin: int, rest: int) -> int:
+    def rest_before_end(self, row: int, c: int, begin: int, rest: int, pick: float) -> int:
         """Where ``rest`` tokens of a document of global ``row``'s share of corpus ``c`` are
-        left: in the first of SEARCH_DOCUMENTS documents from ``begin`` on (on from the share's
-        start after its end) that holds them (one longer than the start window counts as the
-        part inside it, its rest then longer), else at the start of the longest of them."""
-        longest, share, first, wrapped = (0, begin), self.corpora[c].share, begin, False
+        left: in the one ``pick`` (in [0, 1)) names of the documents with that many among
+        SEARCH_DOCUMENTS from ``begin`` on (on from the share's start after its end; one longer
+        than the start window counts as the part inside it, its rest then longer), else at the
+        start of the longest of them. Any such document, not the first: every one of the
+        share's holds a token with ``rest`` left, and the row stands at one of them."""
+        share, first, wrapped = self.corpora[c].share, begin, False
+        found: list[tuple[int, int]] = []
         for _ in range(SEARCH_DOCUMENTS):
             stop, ends = self.document_end(row, c, begin)
-            if stop - begin >= rest:
-                return stop - rest
-            longest = max(longest, (stop - begin, begin))
-            if stop < share and not ends:  # longer than the start window
+            found.append((begin, stop))
+            if stop < share and not ends:  # longer than the start window: its end is not known
                 break
             begin, wrapped = (0, True) if stop >= share else (stop, wrapped)
             if wrapped and begin >= first:
                 break
-        return longest[1]
+        held = [stop - rest for begin, stop in found if stop - begin >= rest]
+        if held:
+            return held[int(pick * len(held))]
+        return max(found, key=lambda piece: piece[1] - piece[0])[0]
 
     def next_begin(self, row: int, c: int, offset: int) -> int:
         """Where the first document after ``offset`` of global ``row``'s share of corpus ``c``

@@ -18,8 +18,8 @@ token share, as a random token would), at the token of c's runs whose run has as
 left as the quantile ``frac(u + g / G)`` stands at in c's interval, among all of c's tokens (of
 the runs with that many, a seeded one): with the walk's counts there, and the rest of its
 document to read first. The row reads that rest from a document of its share of c long enough
-for it, the first from a seeded token of the share on; every other corpus from the first
-document after a seeded token of its share. Each row then stands where a random token of the
+for it (a seeded one of those near a seeded token of the share); every other corpus from the
+first document after a seeded token of its share. Each row then stands where a random token of the
 walk does, and the expected share of every corpus is its weight at every step, as in a
 stationary process (measured by bench/mix_shares.py, docs/own-corpora.md).
 
@@ -92,6 +92,8 @@ class RowStart:
     after that token (in the first corpus, the first from there with ``rest`` tokens)."""
     rest: int
     """Tokens of its first document the row reads before the schedule's next choice."""
+    pick: float
+    """Which of its share's documents with ``rest`` tokens the row reads them from, in [0, 1)."""
 
 
 @dataclass(frozen=True)
@@ -195,7 +197,8 @@ class MixSchedule:
             within = (x - bounds[corpus] + self.weights[corpus]) / self.weights[corpus]
             counts, rest = runs[corpus].at(min(max(within, 0.0), 1.0 - 1e-12), uniform(seed, g, 0))
             fractions = [uniform(seed, g, 1 + c) for c in range(k)]
-            starts.append(RowStart(corpus, counts, fractions, rest))
+            pick = uniform(seed, g, 1 + k)
+            starts.append(RowStart(corpus, counts, fractions, rest, pick))
         return starts
 
     def start_window(self, corpus: int) -> int:
