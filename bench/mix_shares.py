@@ -2,7 +2,8 @@
 
     python bench/mix_shares.py [--data ../shared/data] [--out runs/bench-mix]
                                [--weights 0.7 0.3] [--rows 8 32] [--tgt-len 64] [--steps 1000]
-                               [--seeds 16] [--at 20 60 100 300 1000] [--log-interval 20]
+                               [--seeds 16] [--first-seed 0] [--at 20 60 100 300 1000]
+                               [--log-interval 20]
 
 The mix (made under --out from the shared data, once): ``long``, WikiText-103's articles
 (about 5,600 tokens each, heavy-tailed: a tenth under 1,200, a tenth over 12,600) with a
@@ -12,11 +13,13 @@ long documents against short ones, 0.3: short against long). The stream alone (n
 read for --steps batches of r rows x --tgt-len tokens for each r of --rows (8 x 64 is the tiny
 config's) and each of --seeds seeds. Printed per case: at each --at step, the long corpus's
 share of the tokens drawn so far, its mean over the seeds and over each group of 8 seeds, its
-spread (standard deviation, lowest, highest); whether the mean over seeds stays within 2 points
-of the weight at every step a training line logs (every --log-interval steps, the tiny config's
-20) up to --steps, and the step where it strays most; then from the step where every row has
-read three mean long documents on, how many seeds stay within 3 points of the weight at every
-step. Seeds are 0 to --seeds - 1, each a run of its own (its rows' starts are drawn from it).
+spread (standard deviation; the mean's standard error; lowest, highest); whether the mean over
+seeds stays within 2 points of the weight at every step a training line logs (every
+--log-interval steps, the tiny config's 20) up to --steps, and the step where it strays most;
+then from the step where every row has read three mean long documents on, how many seeds stay
+within 3 points of the weight at every step. Seeds are --first-seed on, --seeds of them, each
+a run of its own (its rows' starts are drawn from it); seeds other than the acceptance's 0 to
+15 check that a mean is not theirs alone.
 """
 
 from __future__ import annotations
@@ -96,19 +99,22 @@ def report(mix: list[MixSource], weight: float, rows: int, args) -> None:
     mean_long = manifest.tokens / manifest.documents
     runs = [
         long_shares(MixedStreams(mix, rows, args.tgt_len, seed=s), args.steps)
-        for s in range(args.seeds)
+        for s in range(args.first_seed, args.first_seed + args.seeds)
     ]
     print(f"long {weight} / short {1 - weight:.1f}; {rows} rows x {args.tgt_len}")
-    print(f"mean long document {mean_long:,.0f} tokens; {args.seeds} seeds")
+    last = args.first_seed + args.seeds - 1
+    print(f"mean long document {mean_long:,.0f} tokens; seeds {args.first_seed} to {last}")
     means = []
     for step in (s for s in args.at if s <= args.steps):
         shares = [run[step - 1] for run in runs]
         groups = [statistics.mean(shares[k : k + 8]) for k in range(0, len(shares), 8)]
         means.append(statistics.mean(shares))
+        sd = statistics.pstdev(shares)
         print(
             f"step {step:4d}: mean {means[-1]:.3f} | means of 8 seeds "
             + " ".join(f"{g:.3f}" for g in groups)
-            + f" | sd {statistics.pstdev(shares):.3f} min {min(shares):.3f} max {max(shares):.3f}"
+            + f" | sd {sd:.3f} (se {sd / math.sqrt(len(shares)):.3f})"
+            + f" min {min(shares):.3f} max {max(shares):.3f}"
         )
     logged = range(args.log_interval, args.steps + 1, args.log_interval)
     every = {step: statistics.mean(run[step - 1] for run in runs) for step in logged}
@@ -133,6 +139,7 @@ def main() -> None:
     parser.add_argument("--tgt-len", type=int, default=64)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--seeds", type=int, default=16)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--log-interval", type=int, default=20)
     parser.add_argument("--at", type=int, nargs="+", default=[20, 60, 100, 300, 1000])
     args = parser.parse_args()
