@@ -11,6 +11,10 @@ import numpy as np
 from data_pipeline.streams.mix_schedule import MixSchedule, RowStart
 from data_pipeline.streams.shares import CorpusShares
 
+SEARCH_DOCUMENTS = 64
+"""Documents of a share looked through for a row's first one, long enough for its start's rest
+(the walk's documents are drawn from the same lengths: few are longer than all 64)."""
+
 
 @dataclass
 class RowCursor:
@@ -38,13 +42,11 @@ class RowCursor:
         return cls(values[0], *fields)
 
     @classmethod
-    def start(cls, start: RowStart, offsets: list[int], into_document: int) -> RowCursor:
+    def start(cls, start: RowStart, offsets: list[int]) -> RowCursor:
         """A row at its start: ``offsets[c]`` tokens into each corpus's share (skipped, not
-        read), of which ``into_document`` into the document there in its first corpus (counted
-        as read)."""
-        counts = list(start.counts)
-        counts[start.corpus] += into_document
-        return cls(start.corpus, [0] * len(counts), list(offsets), counts, list(offsets))
+        read), counting as the start's counts."""
+        skipped = list(offsets)
+        return cls(start.corpus, [0] * len(offsets), list(offsets), list(start.counts), skipped)
 
     def read(self, shares: list[int]) -> list[int]:
         """Per corpus, the tokens this row has read (``shares``: each corpus's share length)."""
@@ -89,23 +91,38 @@ class MixRows:
         self.tgt_len, self.steps_per_block = tgt_len, steps_per_block
 
     def start(self, row: int, start: RowStart) -> RowCursor:
-        """Global ``row``'s cursor at ``start``: in its first corpus's share in the document at
-        a token drawn from the whole share, at the start's phase of it (counted from the
-        document's start; a document longer than the start window around the token counts as
-        the part inside it); in every other
-        share at the first document that begins after a token drawn the same way. A row's first
+        """Global ``row``'s cursor at ``start``: in every share at the first document that
+        begins after a token drawn from the whole share; in its first corpus's, from there in
+        a document with the start's rest of tokens, that many before its end. A row's first
         documents are then drawn from its whole shares, as a running row's are."""
         offsets = [int(f * c.share) for f, c in zip(start.fractions, self.corpora)]
-        for c, offset in enumerate(offsets):
-            if c != start.corpus:
-                offsets[c] = self.next_begin(row, c, offset)
-        corpus, offset = self.corpora[start.corpus], offsets[start.corpus]
-        base, reach = row * corpus.share, self.schedule.start_window(start.corpus)
-        begins = corpus.document_start(0, base + max(0, offset - reach), base + offset) - base
-        stop, _ = self.document_end(row, start.corpus, offset)  # a piece at the share's end too
-        into = int(start.phase * (stop - begins))
-        offsets[start.corpus] = begins + into
-        return RowCursor.start(start, offsets, into)
+        offsets = [self.next_begin(row, c, offset) for c, offset in enumerate(offsets)]
+        offsets[start.corpus] = self.rest_before_end(
+            row, start.corpus, offsets[start.corpus], start.rest, start.pick
+        )
+        return RowCursor.start(start, offsets)
+
+    def rest_before_end(self, row: int, c: int, begin: int, rest: int, pick: float) -> int:
+        """Where ``rest`` tokens of a document of global ``row``'s share of corpus ``c`` are
+        left: in the one ``pick`` (in [0, 1)) names of the documents with that many among
+        SEARCH_DOCUMENTS from ``begin`` on (on from the share's start after its end; one longer
+        than the start window counts as the part inside it, its rest then longer), else at the
+        start of the longest of them. Any such document, not the first: every one of the
+        share's holds a token with ``rest`` left, and the row stands at one of them."""
+        share, first, wrapped = self.corpora[c].share, begin, False
+        found: list[tuple[int, int]] = []
+        for _ in range(SEARCH_DOCUMENTS):
+            stop, ends = self.document_end(row, c, begin)
+            found.append((begin, stop))
+            if stop < share and not ends:  # longer than the start window: its end is not known
+                break
+            begin, wrapped = (0, True) if stop >= share else (stop, wrapped)
+            if wrapped and begin >= first:
+                break
+        held = [stop - rest for begin, stop in found if stop - begin >= rest]
+        if held:
+            return held[int(pick * len(held))]
+        return max(found, key=lambda piece: piece[1] - piece[0])[0]
 
     def next_begin(self, row: int, c: int, offset: int) -> int:
         """Where the first document after ``offset`` of global ``row``'s share of corpus ``c``

@@ -9,38 +9,40 @@ strays from its weight by about one document (of any corpus), not by a random wa
 Start. A row that started every corpus at zero would begin with the same corpus in every row
 (the first is furthest behind by a tie) and read a whole first document: the run's share would
 be far off for the first documents' worth of tokens. Instead each row starts in the state of a
-row that has been running for a while. That state is taken from a walk of the schedule with
-documents of the corpora's real lengths (drawn from each corpus's sampled lengths, past a
-warm-up of a few cycles): row g of G starts in corpus c where ``frac(u + g / G)`` falls in c's
-interval of the cumulative weights (``u`` from the seed: the rows' first corpora take every
-corpus in proportion to its token share, as a random token would), with the counts the walk had
-where one of its corpus-c documents began: at the quantile ``frac(u + g / G)`` stands at in c's
-interval, of how far behind c the walk stood there (stratified, so a run of few rows is not
-left with all of them far behind). The row then reads its first corpus from within the
-document at a seeded token anywhere in its share (a document drawn by length, as a random
-token's would be), at its phase: a fraction of the document, the rows starting in one corpus
-at evenly spaced phases from a seeded offset (independent of how far behind they stand),
-counted from the document's start; every other corpus from the first document after a seeded
-token of its share. The expected share of every corpus is then its weight at every
-step, as in a stationary process (measured by bench/mix_shares.py, docs/own-corpora.md).
+row that has been running for a while, at one token of a walk of the schedule with documents of
+the corpora's real lengths (drawn from each corpus's sampled lengths, past a warm-up of a few
+cycles). The walk reads runs: documents of one corpus one after another, between others'. Row g
+of G starts in corpus c where ``frac(u + g / G)`` falls in c's interval of the cumulative
+weights (``u`` from the seed: the rows' first corpora take every corpus in proportion to its
+token share, as a random token would), at the token of c's runs whose run has as many tokens
+left as the quantile ``frac(u + g / G)`` stands at in c's interval, among all of c's tokens (of
+the runs with that many, a seeded one): with the walk's counts there, and the rest of its
+document to read first. The row reads that rest from a document of its share of c long enough
+for it (a seeded one of those near a seeded token of the share); every other corpus from the
+first document after a seeded token of its share. Each row then stands where a random token of the
+walk does, and the expected share of every corpus is its weight at every step, as in a
+stationary process (measured by bench/mix_shares.py, docs/own-corpora.md).
 
-Why real lengths: how far a running row stands behind a corpus where a document begins depends
-on the lengths of the documents before it (after a 20,000-token article the other corpus is
-read for a long time, far behind). A walk of mean lengths never goes that far: rows started
-from it stood 1,000 to 1,400 tokens nearer the weights than running rows do (WikiText-103
-articles at 0.3), and the run's share of the long corpus was 3 to 9 points above its weight
-until that difference was spread over many steps. Why whole shares: the documents a row reads
-first must be drawn as the walk's lengths are, from the whole corpus; rows that all started in
-the first few documents of their shares read other documents than the lengths sampled. Why
-phases: where a row stands in its first document decides how long it stays in that corpus;
-rows that all stood near their documents' ends (or starts) by chance add to how far a run's
-share strays (8 rows: 5 to 9 points, sd over seeds, up to step 300); evenly spaced phases take
-10 to 20% of that off on 8 rows and about half on 32 (docs/own-corpora.md). A row's phase is
-independent of how far behind it stands, as in a running row, so the expected shares stay.
+Why real lengths: how far a running row stands behind a corpus depends on the lengths of the
+documents before it (after a 20,000-token article the other corpus is read for a long time, far
+behind). A walk of mean lengths never goes that far: rows started from it stood 1,000 to 1,400
+tokens nearer the weights than running rows do (WikiText-103 articles at 0.3), and the run's
+share of the long corpus was 3 to 9 points above its weight until that difference was spread
+over many steps. Why whole shares: the documents a row reads first must be drawn as the walk's
+lengths are, from the whole corpus. Why quantiles of the tokens left: over the circle of
+weights the rows stand in corpus c from the ones about to leave it (next to the previous
+corpus's rows that stay there longest) to the ones that stay longest (next to the next corpus's
+rows about to come to c), so a row more in one corpus is a row less about to come to it: a run
+of few rows reads its first steps at the weights, whether 5 or 6 of 8 rows start in a corpus
+at 0.7. Rows that stood at points of their first documents of their own strayed by 5 to 7
+points (sd over seeds, 8 rows) at step 20; in their runs' order, by 2 (docs/own-corpora.md).
+After a run or two the rows' documents are their own, and a run's share strays by what their
+lengths make it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,19 +79,83 @@ def uniform(seed: int, row: int, salt: int) -> float:
 
 @dataclass(frozen=True)
 class RowStart:
-    """Where a row starts: its first corpus, the schedule's counts there, and where in the first
-    few documents of its share of that corpus."""
+    """Where a row starts: its first corpus, the schedule's counts there, what is left of its
+    first document, and where in its shares it reads."""
 
     corpus: int
     """The corpus of the row's first document."""
     counts: list[int]
-    """Per corpus, the tokens the schedule counts as read where the first document began (from
-    the real-length walk)."""
+    """Per corpus, the tokens the schedule counts as read at the row's first token (the
+    real-length walk's, at the token the row stands for)."""
     fractions: list[float]
-    """Per corpus, where in its share the row's reading starts, in [0, 1): in the document at
-    that token in the first corpus, at the first document after it in the others."""
-    phase: float
-    """How far into its first document the row starts, as a fraction of the document."""
+    """Per corpus, where in its share the row's reading starts, in [0, 1): at the first document
+    after that token (in the first corpus, the first from there with ``rest`` tokens)."""
+    rest: int
+    """Tokens of its first document the row reads before the schedule's next choice."""
+    pick: float
+    """Which of its share's documents with ``rest`` tokens the row reads them from, in [0, 1)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """Documents of one corpus read one after another in the walk, between others'."""
+
+    corpus: int
+    """The corpus of its documents."""
+    begins: list[list[int]]
+    """Per document, the walk's counts where it began."""
+    lengths: list[int]
+    """Per document, its tokens."""
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.lengths)
+
+    def at(self, left: int) -> tuple[list[int], int]:
+        """(counts, rest) at the token ``left`` tokens before the run's end (1 <= left <= its
+        tokens): the walk's counts there and the tokens of its document from there on."""
+        ends = np.cumsum(self.lengths)
+        position = int(ends[-1]) - left
+        k = int(np.searchsorted(ends, position, side="right"))
+        counts = list(self.begins[k])
+        counts[self.corpus] += position - (int(ends[k]) - self.lengths[k])
+        return counts, int(ends[k]) - position
+
+
+class RunTokens:
+    """The tokens of one corpus's runs, ordered by how many tokens of their run are left."""
+
+    def __init__(self, runs: list[Run]):
+        self.runs = sorted(runs, key=lambda run: run.tokens)
+        tokens = np.array([run.tokens for run in self.runs], np.float64)
+        self.below = np.concatenate([[0.0], np.cumsum(tokens)])  # tokens of the shorter runs
+        # The share of tokens with at most tokens[k] left: all of the k shorter runs', and
+        # tokens[k] of each of the others.
+        self.cdf = self.below[:-1] + (len(tokens) - np.arange(len(tokens))) * tokens
+        self.cdf /= self.below[-1]
+
+    def at(self, quantile: float, pick: float) -> tuple[list[int], int]:
+        """(counts, rest) at a token whose run's tokens left stand at ``quantile`` among all
+        tokens' (in [0, 1)); of the runs that hold such a token, the one ``pick`` (in [0, 1))
+        names."""
+        m = len(self.runs)
+        k = min(int(np.searchsorted(self.cdf, quantile, side="right")), m - 1)
+        left = (quantile * self.below[-1] - self.below[k]) / (m - k)
+        run = self.runs[k + int(pick * (m - k))]
+        return run.at(max(1, min(run.tokens, math.ceil(left))))
+
+
+def runs_of(documents: list[tuple[int, list[int], int]], k: int) -> list[list[Run]]:
+    """Per corpus, the runs of the walk's (corpus, counts, length) documents; the last run,
+    cut where the walk stopped, only where its corpus has no other."""
+    runs: list[Run] = []
+    for corpus, counts, length in documents:
+        if not runs or runs[-1].corpus != corpus:
+            runs.append(Run(corpus, [], []))
+        runs[-1].begins.append(counts)
+        runs[-1].lengths.append(length)
+    found = [[run for run in runs[:-1] if run.corpus == c] for c in range(k)]
+    return [mine or [run for run in runs if run.corpus == c] for c, mine in enumerate(found)]
 
 
 class MixSchedule:
@@ -121,48 +187,50 @@ class MixSchedule:
 
     def starts(self, seed: int, global_rows: int) -> list[RowStart]:
         """Every global row's start."""
-        begins = self.walk(seed)
-        bounds = np.cumsum(self.weights)
-        u, v = uniform(seed, -1, 0), uniform(seed, -1, 1)
-        xs = [(u + g / global_rows) % 1.0 for g in range(global_rows)]
-        firsts = [min(int(np.searchsorted(bounds, x, side="right")), len(bounds) - 1) for x in xs]
+        runs = [RunTokens(found) for found in self.walk(seed)]
+        bounds, k = np.cumsum(self.weights), len(self.weights)
+        u = uniform(seed, -1, 0)
         starts = []
-        for g, (x, corpus) in enumerate(zip(xs, firsts)):
+        for g in range(global_rows):
+            x = (u + g / global_rows) % 1.0
+            corpus = min(int(np.searchsorted(bounds, x, side="right")), k - 1)
             within = (x - bounds[corpus] + self.weights[corpus]) / self.weights[corpus]
-            found = begins[corpus]  # by how far the corpus stands behind: rows get quantiles
-            counts = found[min(int(within * len(found)), len(found) - 1)]
-            fractions = [uniform(seed, g, 1 + c) for c in range(len(bounds))]
-            phase = (v + firsts[:g].count(corpus) / firsts.count(corpus)) % 1.0
-            starts.append(RowStart(corpus, counts, fractions, phase))
+            counts, rest = runs[corpus].at(min(max(within, 0.0), 1.0 - 1e-12), uniform(seed, g, 0))
+            fractions = [uniform(seed, g, 1 + c) for c in range(k)]
+            pick = uniform(seed, g, 1 + k)
+            starts.append(RowStart(corpus, counts, fractions, rest, pick))
         return starts
 
     def start_window(self, corpus: int) -> int:
         """Tokens of a share looked through around a row's first token (START_WINDOW_DOCUMENTS)."""
         return round(START_WINDOW_DOCUMENTS * self.mean_tokens[corpus])
 
-    def walk(self, seed: int) -> list[list[list[int]]]:
-        """Per corpus, the counts where each of its documents began in the schedule walked from
-        zero counts with documents of lengths drawn from ``lengths`` (seeded), past the warm-up;
-        WALK_DOCUMENTS of each corpus (the first, at the least, when WALK_LIMIT stops it)."""
+    def walk(self, seed: int) -> list[list[Run]]:
+        """Per corpus, its runs in the schedule walked from zero counts with documents of
+        lengths drawn from ``lengths`` (seeded), past the warm-up, until WALK_DOCUMENTS of each
+        corpus are read (or WALK_LIMIT documents: a corpus with none gets one of its mean
+        length there)."""
         rng = np.random.default_rng(splitmix64(seed & MASK64))
         weights, k = self.weights.tolist(), len(self.weights)
         warm_up = WARM_UP_CYCLES * float(np.max(self.mean_tokens / self.weights))
-        counts, clock = [0] * k, 0
-        begins: list[list[list[int]]] = [[] for _ in range(k)]
+        counts, clock, read = [0] * k, 0, [0] * k
+        documents: list[tuple[int, list[int], int]] = []
         draws: list[list[int]] = [[] for _ in range(k)]
         for _ in range(WALK_LIMIT):
             corpus = max(range(k), key=lambda c: weights[c] * clock - counts[c])
-            if clock >= warm_up:
-                begins[corpus].append(list(counts))
-                if min(map(len, begins)) >= WALK_DOCUMENTS:
-                    break
             if not draws[corpus]:
                 draws[corpus] = rng.choice(self.lengths[corpus], 4096).tolist()
             length = int(draws[corpus].pop())
+            if clock >= warm_up:
+                documents.append((corpus, list(counts), length))
+                read[corpus] += 1
+                if min(read) >= WALK_DOCUMENTS:
+                    break
             counts[corpus] += length
             clock += length
-        behind = [lambda n, c=c: weights[c] * sum(n) - n[c] for c in range(k)]
-        return [sorted(found, key=behind[c]) or [list(counts)] for c, found in enumerate(begins)]
+        runs = runs_of(documents, k)
+        mean = [max(1, round(m)) for m in self.mean_tokens]
+        return [found or [Run(c, [list(counts)], [mean[c]])] for c, found in enumerate(runs)]
 
     def corpus_at(self, seed: int, row: int, document: int) -> int:
         """The corpus of a row's document in the schedule of stream states of version 1 (drawn

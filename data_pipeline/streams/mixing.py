@@ -12,8 +12,9 @@ one line the first time each corpus starts an epoch.
 
 Schedule (mix_schedule.py). A row's next document comes from the corpus furthest behind its
 share of the row's tokens, and every row starts as if it had been running for a while, at a
-seeded point spread over the rows, mid-way into a document: the expected token shares equal the
-weights from the first step, and a row's share strays from its weight by about one document.
+token of a walk of the schedule, the rows spread over the walk's runs, mid-way into a
+document: the expected token shares equal the weights from the first step, and a row's share
+strays from its weight by about one document.
 A row's documents do not depend on the world size.
 
 State. Per row: the corpus of its document and, per corpus, the epoch and offset of its share,
