@@ -16,15 +16,19 @@ from txl_dist.model import TransformerXL, TXLConfig, pretrained
 LOAD_AND_SCORE = """
 import sys, torch
 from txl_dist.model import TransformerXL
-model = TransformerXL.from_pretrained(sys.argv[1])
-ids = torch.load(sys.argv[2])
-torch.save(model(ids).log_probs, sys.argv[3])
+ids = torch.load(sys.argv[1])
+for export in sys.argv[2:]:
+    model = TransformerXL.from_pretrained(export)
+    torch.save(model(ids).log_probs, f"{export}.out.pt")
 assert "deepspeed" not in sys.modules, "loading imported deepspeed"
 """
+FORMATS = ("safetensors", "torch")
 
 
-@pytest.mark.parametrize("fmt", ["safetensors", "torch"])
-def test_fresh_process_loads_identical_model_without_deepspeed(tmp_path, fmt):
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory) -> tuple:
+    """One model exported in each format, both loaded and scored by one fresh process (one
+    interpreter start instead of two): (model, ids, {format: its export directory})."""
     torch.manual_seed(0)
     config = TXLConfig(
         n_token=200,
@@ -41,29 +45,24 @@ def test_fresh_process_loads_identical_model_without_deepspeed(tmp_path, fmt):
         mem_len=5,
     )
     model = TransformerXL(config).eval()
-    model.save_pretrained(tmp_path / "model", format=fmt)
+    root = tmp_path_factory.mktemp("exports")
+    exports = {fmt: root / fmt for fmt in FORMATS}
+    for fmt, directory in exports.items():
+        model.save_pretrained(directory, format=fmt)
     ids = torch.randint(0, 200, (2, 5))
-    torch.save(ids, tmp_path / "ids.pt")
+    torch.save(ids, root / "ids.pt")
+    args = [sys.executable, "-c", LOAD_AND_SCORE, root / "ids.pt", *exports.values()]
+    processes.run(args, timeout=300, check=True)
+    return model, ids, exports
 
-    processes.run(
-        [
-            sys.executable,
-            "-c",
-            LOAD_AND_SCORE,
-            str(tmp_path / "model"),
-            str(tmp_path / "ids.pt"),
-            str(tmp_path / "out.pt"),
-        ],
-        timeout=300,
-        check=True,
-    )
-    torch.testing.assert_close(
-        torch.load(tmp_path / "out.pt"), model(ids).log_probs, rtol=0, atol=0
-    )
-    assert json.loads((tmp_path / "model" / "config.json").read_text())["div_val"] == 2
-    weights = (
-        tmp_path / "model" / ("model.safetensors" if fmt == "safetensors" else "pytorch_model.bin")
-    )
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_fresh_process_loads_identical_model_without_deepspeed(scored, fmt):
+    model, ids, exports = scored
+    export = exports[fmt]
+    torch.testing.assert_close(torch.load(f"{export}.out.pt"), model(ids).log_probs, rtol=0, atol=0)
+    assert json.loads((export / "config.json").read_text())["div_val"] == 2
+    weights = export / ("model.safetensors" if fmt == "safetensors" else "pytorch_model.bin")
     assert weights.stat().st_mode & 0o044 == 0o044  # readable by others, like any export
 
 
