@@ -28,7 +28,7 @@ from txl_dist.config.loading import resolve_vocab_size
 
 # Small units and pieces, so that even these files span several of each.
 LAYOUT = {"sample_size": 5_000, "shard_size": 50_000, "progress": False}
-PIECES = {"unit_bytes": 400_000, "piece_bytes": 100_000}
+PIECES = {"unit_bytes": 200_000, "piece_bytes": 50_000}
 
 
 def write_jsonl(path: Path, documents: list[str], field: str = "text") -> None:
@@ -90,7 +90,7 @@ def assert_split_is_the_library_encoding(root: Path, split: str, documents: list
 def jsonl_source(tmp_path, wikitext103_articles, lm1b_sentences) -> tuple[Path, dict]:
     """WikiText-103 articles as train (plain, gzip and zstd JSONL files), One Billion Word
     sentences as valid; returns the source and each split's documents."""
-    train, valid = wikitext103_articles[:70], lm1b_sentences[:3000]
+    train, valid = wikitext103_articles[:35], lm1b_sentences[:1500]
     third = len(train) // 3
     src = tmp_path / "src"
     write_jsonl(src / "train" / "part-0.jsonl", train[:third])
@@ -120,7 +120,7 @@ def test_jsonl_shards_hold_the_tokenizers_encoding_of_each_record(jsonl_source, 
 
 
 def test_bpe_is_trained_on_a_bounded_sample_the_manifest_states(tmp_path, wikitext103_articles):
-    train = wikitext103_articles[:70]
+    train = wikitext103_articles[:35]
     write_jsonl(tmp_path / "src" / "train" / "articles.jsonl", train)
     size = (tmp_path / "src" / "train" / "articles.jsonl").stat().st_size
     runs = {}
@@ -137,7 +137,7 @@ def test_bpe_is_trained_on_a_bounded_sample_the_manifest_states(tmp_path, wikite
 def test_parquet_shards_hold_the_encoding_of_a_given_tokenizer_file(
     tmp_path, wikitext103_articles, lm1b_sentences
 ):
-    train, valid = wikitext103_articles[:70], lm1b_sentences[:3000]
+    train, valid = wikitext103_articles[:35], lm1b_sentences[:1500]
     write_parquet(tmp_path / "src" / "train.parquet", train, field="body")
     write_parquet(tmp_path / "src" / "valid.parquet", valid, field="body")
     given = tmp_path / "given" / "tokenizer.json"
