@@ -207,10 +207,14 @@ def test_manifest_records_offsets_for_one_ranged_read(wt103):
     assert vocab.decode(ids) == tokens[first : first + n]
 
 
-@pytest.mark.parametrize("piece_bytes", [997, 20_000])
-def test_small_pieces_give_the_same_tokens_and_documents(shared_data, tmp_path, piece_bytes):
+# Pieces shorter than many lines, in this process; and ~120 pieces through a pool of two
+# workers, whose results come back in order (thousands of tiny pieces there cost seconds of IPC).
+@pytest.mark.parametrize("piece_bytes, workers", [(997, 1), (20_000, 2)])
+def test_small_pieces_give_the_same_tokens_and_documents(
+    shared_data, tmp_path, piece_bytes, workers
+):
     wt2 = prepare("wikitext-2", str(tmp_path / "wt2"), str(shared_data / "wikitext-2"),
-                  workers=2, piece_bytes=piece_bytes, **SMALL)  # fmt: skip
+                  workers=workers, piece_bytes=piece_bytes, **SMALL)  # fmt: skip
     tokens, _ = decoded_split(tmp_path / "wt2", "valid")
     assert tokens == wikitext_reference(shared_data / "wikitext-2" / "valid.txt")
     assert wt2["valid"].documents == wt2["test"].documents == 60
