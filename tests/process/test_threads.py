@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 
 import pytest
@@ -26,11 +27,14 @@ def test_threads_are_the_free_cores_shared_among_the_ranks():
 
 # choose_threads() twice in one process pinned to the cores sys.argv[1] names: first under the
 # user's OMP_NUM_THREADS=2 (torch reads it at import), then with it unset; each case's stdout and
-# stderr end with a line of their own.
+# stderr end with a line of their own. The imports come first, before the cores are kept busy
+# (on two busy cores they took seconds): the child says so and waits for a line on stdin.
 CHOOSE_TWICE = """
 import os, sys
 os.sched_setaffinity(0, set(map(int, sys.argv[1].split(","))))
 from txl_dist.process.threads import choose_threads
+print("imported", flush=True)
+sys.stdin.readline()
 for _ in range(2):
     print(choose_threads(), flush=True)
     for stream in (sys.stdout, sys.stderr):
@@ -41,11 +45,22 @@ for _ in range(2):
 
 @contextlib.contextmanager
 def spinning(cores: set[int]):
-    """A process spinning on each of `cores`, pinned there."""
-    spin = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+    """A process spinning on each of `cores`, pinned there: each has begun when this enters."""
+    spin = (
+        "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); print(flush=True)\n"
+        "while True: pass"
+    )
     with contextlib.ExitStack() as stack:
-        for core in cores:
-            stack.enter_context(processes.process_group([sys.executable, "-c", spin, str(core)]))
+        spinners = [
+            stack.enter_context(
+                processes.process_group(
+                    [sys.executable, "-c", spin, str(core)], stdout=subprocess.PIPE, text=True
+                )
+            )
+            for core in cores
+        ]
+        for spinner in spinners:
+            assert spinner.stdout.readline() == "\n"
         yield
 
 
@@ -57,14 +72,17 @@ def chosen() -> dict[str, tuple[str, str]]:
         pytest.skip("needs two cores")
     cores = set(sorted(os.sched_getaffinity(0))[:2])
     environ = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    with spinning(cores):
-        proc = processes.run(
-            [sys.executable, "-c", CHOOSE_TWICE, ",".join(map(str, cores))],
-            timeout=120, check=True, env={**environ, "OMP_NUM_THREADS": "2"},
-        )  # fmt: skip
+    args = [sys.executable, "-c", CHOOSE_TWICE, ",".join(map(str, cores))]
+    pipes = {name: subprocess.PIPE for name in ("stdin", "stdout", "stderr")}
+    env = {**environ, "OMP_NUM_THREADS": "2"}
+    with processes.process_group(args, text=True, env=env, **pipes) as proc:
+        assert proc.stdout.readline() == "imported\n"
+        with spinning(cores):
+            stdout, stderr = proc.communicate("go\n", timeout=120)
+    assert proc.returncode == 0, stderr[-3000:]
     ends = "-- case end --\n"
-    outs, errs = proc.stdout.split(ends), proc.stderr.split(ends)
-    assert outs[2:] == errs[2:] == [""], proc.stderr
+    outs, errs = stdout.split(ends), stderr.split(ends)
+    assert outs[2:] == errs[2:] == [""], stderr
     return {"omp": (outs[0], errs[0]), "chosen": (outs[1], errs[1])}
 
 
