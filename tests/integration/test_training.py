@@ -550,13 +550,12 @@ def test_a_directory_with_another_run_is_refused_kept_or_moved_aside(
     small_corpus, uninterrupted, tmp_path
 ):
     before = files_and_times(uninterrupted)
-    fresh = command(uninterrupted, small_corpus, 1, HARD_RESUME, None)
-    proc = processes.run(fresh, timeout=120)
-    assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and "run directory error: train.out_dir" in proc.stderr
-    assert files_and_times(uninterrupted) == before
-
-    rerun = train(uninterrupted, small_corpus, 1, HARD_RESUME, resume="auto")
+    # A fresh start into it, then --resume auto of it: both end before training, in one process.
+    args = command(uninterrupted, small_corpus, 1, HARD_RESUME, None)[2:]
+    fresh, rerun = start_ups([(args, {}), ([*args, "--resume", "auto"], {})])
+    assert fresh.returncode == 2 and not fresh.process_stderr
+    assert fresh.stderr.count("\n") == 1 and "run directory error: train.out_dir" in fresh.stderr
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"already finished: global_step{2 * K} reached train.max_steps={2 * K}" in rerun.stdout
     assert files_and_times(uninterrupted) == before
 
