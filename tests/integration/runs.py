@@ -22,6 +22,9 @@ PRETRAIN = str(REPO_ROOT / "launch" / "pretrain.py")
 PRETRAIN_DUMPING = str(Path(__file__).with_name("pretrain_dumping.py"))
 # launch/pretrain.py whose save of step $TXL_TEST_PAUSE_IN_SAVE stops inside, after the write
 PRETRAIN_PAUSING = str(Path(__file__).with_name("pretrain_pausing.py"))
+# What a CPU rank prints as its process group starts (DeepSpeed loads its shared-memory op then);
+# DeepSpeed's own "Initializing TorchBackend" is not logged for a store-file rendezvous.
+PROCESS_GROUP_BEGAN = "deepspeed_shm_comm_op built successfully"
 STEPS = 30  # training steps of each ZeRO-stage run
 K = 6  # steps before the interruption in the resume tests
 

@@ -5,7 +5,6 @@ computed here with TransformerXL.from_pretrained (fp32, dropout 0)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -13,9 +12,9 @@ import pytest
 import torch
 
 from data_pipeline import TokenStreams, manifest_url
-from tests import processes
+from tests.cli.startups import Ended, start_ups
 from tests.conftest import REPO_ROOT
-from tests.integration.runs import command, records, train, train_losses
+from tests.integration.runs import PROCESS_GROUP_BEGAN, command, records, train, train_losses
 from txl_dist.cli.export import export
 from txl_dist.config.loading import load_run_config
 from txl_dist.model import TransformerXL, TXLConfig
@@ -123,31 +122,39 @@ def test_a_zero3_run_from_a_checkpoint_starts_at_that_checkpoints_loss(
     assert [r["step"] for r in records(out) if "split" not in r] == [1, 2]
 
 
-@pytest.mark.parametrize(
-    "change,message",
-    [
-        ("model.d_inner=256", "another architecture than this run's model section"),
-        ("vocab.txt", "was trained with vocabulary sha256"),
-    ],
-)
-def test_a_mismatched_source_is_refused_in_one_line_before_any_process_group(
-    wikitext, seed_export, tmp_path, change, message
-):
-    source, overrides = seed_export, []
-    if change == "vocab.txt":  # the same size, two words swapped: another vocabulary
-        source = tmp_path / "export"
-        shutil.copytree(seed_export, source)
-        lines = (source / "vocab.txt").read_text().splitlines(keepends=True)
-        (source / "vocab.txt").write_text("".join([lines[1], lines[0], *lines[2:]]))
-    else:
-        overrides.append(change)
-    overrides.append(f"train.init_from={source}")
-    proc = processes.run(
-        command(tmp_path / "out", wikitext, 1, overrides, None), timeout=120, cwd=REPO_ROOT,
-        env={**os.environ, "TXL_SET": ""},
-    )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    errors = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(errors) == 1 and errors[0].startswith("config error: ") and message in errors[0]
-    assert "Initializing TorchBackend" not in proc.stdout + proc.stderr
-    assert not (tmp_path / "out").exists()  # no empty run directory left behind
+MISMATCHES = {
+    "model.d_inner=256": "another architecture than this run's model section",
+    "vocab.txt": "was trained with vocabulary sha256",
+}
+
+
+@pytest.fixture(scope="module")
+def mismatched(wikitext, seed_export, tmp_path_factory) -> dict[str, tuple[Ended, Path]]:
+    """{change: (how a start from a source with it ended, its train.out_dir)}, in one process
+    (tests/cli/startups.py)."""
+    cases, outs = [], []
+    for change in MISMATCHES:
+        root = tmp_path_factory.mktemp("mismatched")
+        source, overrides = seed_export, []
+        if change == "vocab.txt":  # the same size, two words swapped: another vocabulary
+            source = root / "export"
+            shutil.copytree(seed_export, source)
+            lines = (source / "vocab.txt").read_text().splitlines(keepends=True)
+            (source / "vocab.txt").write_text("".join([lines[1], lines[0], *lines[2:]]))
+        else:
+            overrides.append(change)
+        overrides.append(f"train.init_from={source}")
+        outs.append(root / "out")
+        cases.append((command(root / "out", wikitext, 1, overrides, None)[2:], {}))
+    return dict(zip(MISMATCHES, zip(start_ups(cases), outs)))
+
+
+@pytest.mark.parametrize("change", MISMATCHES)
+def test_a_mismatched_source_is_refused_in_one_line_before_any_process_group(mismatched, change):
+    ended, out = mismatched[change]
+    assert ended.returncode == 2, ended.stderr[-2000:]
+    errors = [line for line in ended.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("config error: ") and not ended.process_stderr
+    assert MISMATCHES[change] in errors[0]
+    assert PROCESS_GROUP_BEGAN not in ended.stdout + ended.process_stdout
+    assert not out.exists()  # no empty run directory left behind

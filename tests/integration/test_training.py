@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from tests import processes
+from tests.cli.startups import Ended, start_ups
 from tests.conftest import REPO_ROOT, small_disk
 from tests.integration.pretrain_pausing import (
     PAUSE_IN_SAVE_ENV,
@@ -31,6 +32,7 @@ from tests.integration.pretrain_pausing import (
 from tests.integration.runs import (
     PRETRAIN_DUMPING,
     PRETRAIN_PAUSING,
+    PROCESS_GROUP_BEGAN,
     STEPS,
     K,
     command,
@@ -505,49 +507,55 @@ def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_previous_checkpoint(
 # ---- config errors ----
 
 
-@pytest.mark.parametrize(
-    "override,message",
-    [
-        ("train.max_step=5", "unknown key train.max_step (did you mean train.max_steps?)"),
-        ("optim.lr=fast", "optim.lr must be float"),
-        (
-            "deepspeed.gradient_accumulation_steps=3",
-            "train.global_rows=8 must equal world size 1",
-        ),
-        ("data.test_split=test", "or skip it with --set data.test_split=null"),
-        ("model.n_token=20000", "the model has 20000"),
-        ("train.out_dir=/proc/txl-run", "train.out_dir=/proc/txl-run is not writable"),
-        ("train.cuda_graphs=true", "train.cuda_graphs needs CUDA devices"),
-        (
-            "TXL_SET=train.max_steps=0",  # from the environment, where it is easily forgotten
-            "config error: train.max_steps must be at least 1, got 0 "
-            "(train.max_steps set by TXL_SET in the environment)",
-        ),
-    ],
-)
-def test_bad_config_fails_before_any_process_group(wikitext, tmp_path, override, message):
-    env_set = override.removeprefix("TXL_SET=") if override.startswith("TXL_SET=") else ""
-    proc = processes.run(
-        command(tmp_path, wikitext, 1, [] if env_set else [override], None),
-        timeout=120,
-        env={**os.environ, "TXL_SET": env_set},
-    )
-    assert proc.returncode == 2
-    assert message in proc.stderr
-    assert "Initializing TorchBackend" not in proc.stdout + proc.stderr
+BAD_CONFIGS = [
+    ("train.max_step=5", "unknown key train.max_step (did you mean train.max_steps?)"),
+    ("optim.lr=fast", "optim.lr must be float"),
+    (
+        "deepspeed.gradient_accumulation_steps=3",
+        "train.global_rows=8 must equal world size 1",
+    ),
+    ("data.test_split=test", "or skip it with --set data.test_split=null"),
+    ("model.n_token=20000", "the model has 20000"),
+    ("train.out_dir=/proc/txl-run", "train.out_dir=/proc/txl-run is not writable"),
+    ("train.cuda_graphs=true", "train.cuda_graphs needs CUDA devices"),
+    (
+        "TXL_SET=train.max_steps=0",  # from the environment, where it is easily forgotten
+        "config error: train.max_steps must be at least 1, got 0 "
+        "(train.max_steps set by TXL_SET in the environment)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_starts(wikitext, tmp_path_factory) -> dict[str, Ended]:
+    """Each BAD_CONFIGS override's start-up, all in one process (tests/cli/startups.py)."""
+    cases = []
+    for override, _ in BAD_CONFIGS:
+        env_set = override.removeprefix("TXL_SET=") if override.startswith("TXL_SET=") else ""
+        out = tmp_path_factory.mktemp("bad_config")
+        argv = command(out, wikitext, 1, [] if env_set else [override], None)[2:]
+        cases.append((argv, {"TXL_SET": env_set}))
+    return dict(zip([override for override, _ in BAD_CONFIGS], start_ups(cases)))
+
+
+@pytest.mark.parametrize("override,message", BAD_CONFIGS)
+def test_bad_config_fails_before_any_process_group(bad_starts, override, message):
+    ended = bad_starts[override]
+    assert ended.returncode == 2, ended.stderr[-3000:]
+    assert message in ended.stderr
+    assert PROCESS_GROUP_BEGAN not in ended.stdout + ended.process_stdout
 
 
 def test_a_directory_with_another_run_is_refused_kept_or_moved_aside(
     small_corpus, uninterrupted, tmp_path
 ):
     before = files_and_times(uninterrupted)
-    fresh = command(uninterrupted, small_corpus, 1, HARD_RESUME, None)
-    proc = processes.run(fresh, timeout=120)
-    assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and "run directory error: train.out_dir" in proc.stderr
-    assert files_and_times(uninterrupted) == before
-
-    rerun = train(uninterrupted, small_corpus, 1, HARD_RESUME, resume="auto")
+    # A fresh start into it, then --resume auto of it: both end before training, in one process.
+    args = command(uninterrupted, small_corpus, 1, HARD_RESUME, None)[2:]
+    fresh, rerun = start_ups([(args, {}), ([*args, "--resume", "auto"], {})])
+    assert fresh.returncode == 2 and not fresh.process_stderr
+    assert fresh.stderr.count("\n") == 1 and "run directory error: train.out_dir" in fresh.stderr
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"already finished: global_step{2 * K} reached train.max_steps={2 * K}" in rerun.stdout
     assert files_and_times(uninterrupted) == before
 

@@ -23,6 +23,7 @@ import torch
 
 from data_pipeline.cli import main as prepare_main
 from tests import processes
+from tests.cli.startups import Ended, start_ups
 from tests.conftest import REPO_ROOT
 from tests.data_pipeline.conftest import RangeServer
 from tests.integration.runs import PRETRAIN
@@ -140,19 +141,28 @@ def poisoned_copy(out: Path, stage: int, tmp_path: Path) -> tuple[Path, Path]:
     return copy, marker
 
 
+@pytest.fixture(scope="module")
+def poisoned(runs, tmp_path_factory) -> dict[int, tuple[Path, Path, Ended]]:
+    """stage -> (poisoned copy, its marker, how --resume auto of it ended); the resumes all in
+    one process (tests/cli/startups.py)."""
+    copies = {stage: poisoned_copy(runs[stage][0], stage, tmp_path_factory.mktemp("poisoned"))
+              for stage in STAGES}  # fmt: skip
+    resumes = [
+        (["--config", copy / "config.json", "--resume", "auto", "--set", f"train.out_dir={copy}",
+          "--set", "logging.wandb.mode=disabled"], {})
+        for copy, _ in copies.values()
+    ]  # fmt: skip
+    return {stage: (*copies[stage], ended) for stage, ended in zip(STAGES, start_ups(resumes))}
+
+
 @pytest.mark.parametrize("stage", STAGES)
-def test_poisoned_checkpoint_is_refused_by_export_and_resume(runs, stage, tmp_path):
-    copy, marker = poisoned_copy(runs[stage][0], stage, tmp_path)
+def test_poisoned_checkpoint_is_refused_by_export_and_resume(poisoned, stage, tmp_path):
+    copy, marker, resumed = poisoned[stage]
+    assert resumed.returncode == 2, resumed.stderr[-2000:]
+    last = resumed.stderr.strip().splitlines()[-1]
+    assert last.startswith("checkpoint error: ") and "posix.system" in last
     with pytest.raises(ExportError, match=r"optim_states.pt|model_states.pt") as err:
         export(str(copy), str(tmp_path / "export"), vocab_path=str(copy.parent / "none"))
     assert "posix.system" in str(err.value)
-    proc = processes.run(
-        [sys.executable, PRETRAIN, "--config", str(copy / "config.json"), "--resume", "auto",
-         "--set", f"train.out_dir={copy}", "--set", "logging.wandb.mode=disabled"],
-        timeout=300, cwd=REPO_ROOT,
-    )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("checkpoint error: ") and "posix.system" in last
     assert not marker.exists()
     assert not (tmp_path / "export").exists()
