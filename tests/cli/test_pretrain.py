@@ -13,6 +13,7 @@ from tests import processes
 from tests.cli.startups import start_ups, tiny
 from tests.cli.test_export import received
 from tests.conftest import REPO_ROOT
+from tests.integration.runs import PROCESS_GROUP_BEGAN
 from txl_dist.cli.pretrain import _keep_traceback
 from txl_dist.process.dist import World
 
@@ -97,7 +98,7 @@ def test_evaluation_rows_that_do_not_split_over_the_ranks_are_refused_at_start_u
         "config error: train.eval_rows=7 must be a multiple of the world size 2; set "
         "train.eval_rows to a multiple of 2 (e.g. 8)\n"
     )
-    assert "TorchBackend" not in proc.process_stdout and not out.exists()
+    assert PROCESS_GROUP_BEGAN not in proc.stdout + proc.process_stdout and not out.exists()
 
 
 @pytest.mark.parametrize("weights", MIX_REFUSALS)
