@@ -86,39 +86,53 @@ def test_the_environment_is_the_lock():
     assert not differing, f"(locked, installed): {differing}; rerun bash launch/install.sh"
 
 
-def test_install_refuses_a_download_whose_hash_is_not_the_locks(tmp_path):
+@pytest.fixture(scope="module")
+def forged(tmp_path_factory) -> dict:
+    """install.sh offered a forged file of pip, the first package it installs, and
+    update_lock.sh offered forged files of pip-tools and its dependencies, both run at once (each
+    first makes a virtual environment: seconds of one core). How each ended, what was forged,
+    install.sh's venv and the lock's bytes before."""
+    root = tmp_path_factory.mktemp("forged")
+    pip_file = f"pip-{pins()['pip']}-py3-none-any.whl"
+    tools = [
+        f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+        for name, version in pins(TOOLS_LOCK).items()
+    ]
+    (root / "install").mkdir()
+    (root / "update_lock").mkdir()
+    venv, before = root / "venv", LOCK.read_bytes()
+    install, update_lock = processes.run_at_once(
+        [
+            ["bash", REPO_ROOT / "launch" / "install.sh"],
+            ["bash", REPO_ROOT / "launch" / "update_lock.sh", "--no-upgrade"],
+        ],
+        120,
+        [
+            {**os.environ, **offline_index(root / "install", [pip_file]), "VENV": str(venv)},
+            {**os.environ, **offline_index(root / "update_lock", tools)},
+        ],
+    )
+    return dict(install=install, update_lock=update_lock, pip_file=pip_file, venv=venv,
+                lock_before=before)  # fmt: skip
+
+
+def test_install_refuses_a_download_whose_hash_is_not_the_locks(forged):
     """The first package install.sh installs, pip itself, offered as a forged file of the lock's
     name and version: pip refuses it and the install stops, leaving the venv's own pip."""
-    forged = f"pip-{pins()['pip']}-py3-none-any.whl"
-    offline = offline_index(tmp_path, [forged])
-    venv = tmp_path / "venv"
-    result = processes.run(
-        ["bash", REPO_ROOT / "launch" / "install.sh"],
-        timeout=120,
-        env={**os.environ, **offline, "VENV": str(venv)},
-    )
+    result = forged["install"]
     assert result.returncode != 0
     assert "THESE PACKAGES DO NOT MATCH THE HASHES" in result.stderr, result.stderr[-2000:]
-    assert forged in result.stderr
+    assert forged["pip_file"] in result.stderr
     assert "installed into" not in result.stdout
-    pip_left = processes.run([venv / "bin" / "python", "-m", "pip", "--version"], timeout=60)
+    pip_left = processes.run([forged["venv"] / "bin" / "python", "-m", "pip", "--version"], 60)
     assert pip_left.stdout.split()[1] != pins()["pip"]
 
 
-def test_the_lock_tool_is_installed_from_its_own_hashed_lock(tmp_path):
+def test_the_lock_tool_is_installed_from_its_own_hashed_lock(forged):
     """update_lock.sh offered forged files of pip-tools and its dependencies: pip refuses them
     by the hashes of launch/pip-tools.lock, before pip-compile could compute a single hash."""
-    tools = pins(TOOLS_LOCK)
-    forged = [
-        f"{name.replace('-', '_')}-{version}-py3-none-any.whl" for name, version in tools.items()
-    ]
-    before = LOCK.read_bytes()
-    result = processes.run(
-        ["bash", REPO_ROOT / "launch" / "update_lock.sh", "--no-upgrade"],
-        timeout=120,
-        env={**os.environ, **offline_index(tmp_path, forged)},
-    )
+    result = forged["update_lock"]
     assert result.returncode != 0
     assert "THESE PACKAGES DO NOT MATCH THE HASHES" in result.stderr, result.stderr[-2000:]
     assert "(from -r launch/pip-tools.lock (line " in result.stderr
-    assert LOCK.read_bytes() == before
+    assert LOCK.read_bytes() == forged["lock_before"]
