@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 # Triton kernels run in Triton's interpreter: the suite's machines have no GPU. Set before any
 # test module imports a kernel, since triton.jit chooses at decoration.
@@ -20,6 +21,17 @@ def shared_data() -> Path:
     if not (path / "SOURCES.md").exists():
         pytest.fail(f"shared data not found at {path}: set TXL_SHARED_DATA to ../shared/data")
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread() -> None:
+    """torch computes on one thread in the test process. The suite's machines have two cores,
+    shared with a test's children (started beside the test process) and often with other jobs:
+    a second thread then mostly waits for a core, and the tensors computed here are too small to
+    gain from it (on the shared 2-core VM, 2026-12-06, the not-slow tests that compute here took
+    143 s, 81 s of CPU, on one thread against 521 s, 204 s on two). Children keep torch's
+    default: the thread tests and the training runs choose their own."""
+    torch.set_num_threads(1)
 
 
 SLOW_DIRS = ("integration", "slurm")  # real multi-process runs: minutes each

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.torch_threads import one_torch_thread  # noqa: F401 (an autouse fixture)
 from txl_dist.model import TransformerXL, TXLConfig
 
 CPU = torch.device("cpu")

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from data_pipeline.vocab import EOS, UNK_WIKI, Vocab
-from tests.torch_threads import one_torch_thread  # noqa: F401 (an autouse fixture)
 from txl_dist.model import TransformerXL, TXLConfig
 from txl_dist.model.pretrained import VOCAB_FILE
 
