@@ -390,6 +390,17 @@ def test_a_killed_rank_restarts_by_itself_and_resumes_exactly(
 # ---- a kill or a full disk inside a save ----
 
 
+def kill_rank_1_as_its_launcher_ends_the_run(run, out: Path, log: Path) -> None:
+    """SIGKILL rank 1; once DeepSpeed's launcher has seen it and sent SIGTERM to rank 0 (which
+    the paused save keeps alive), SIGKILL the rest: what the launcher does after its 30 s grace."""
+    os.kill(rank_pid(out, 1), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while "Killing subprocess" not in log.read_text():
+        assert time.monotonic() < deadline and run.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.1)
+    os.killpg(run.pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize(
     "async_save,killed", [(False, "all"), (True, "all"), (True, "rank 1")], ids=str
 )
@@ -417,7 +428,7 @@ def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
         if killed == "all":
             os.killpg(run.pid, signal.SIGKILL)  # every rank and the launcher at once, mid-save
         else:
-            os.kill(rank_pid(out, 1), signal.SIGKILL)  # the launcher ends the other rank
+            kill_rank_1_as_its_launcher_ends_the_run(run, out, tmp_path / "killed.log")
         run.wait(timeout=120)
     assert (checkpoints / checkpoint.LATEST).read_text() == f"global_step{K}"
     assert not (checkpoints / f"global_step{2 * K}").exists()
