@@ -9,6 +9,7 @@ in the order the README links them (a page may use what an earlier one made), in
 directory laid out like a checkout. The README's Commands table runs too, top to bottom, in a
 second such checkout holding what the README's blocks made (the Quick start's runs/): each row's
 example whose page runs it, so a row reads only what the Quick start or an earlier row made.
+The table runs beside the docs pages' blocks (most of them one process on one core).
 A checkout has links to the repository's launch/, configs/ and bench/, and to the environment
 under test as .venv, with ../shared/data/wikitext-103 holding the shared train prefix (a link)
 and the first VALID_BYTES of valid, so evaluations take seconds. Nothing of the test's own
@@ -34,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -282,6 +284,15 @@ def run_block(directory: Path, env: dict, script: str, where: str) -> str:
     return f"{where}: {time.monotonic() - start:.0f} s"
 
 
+def run_table(table: Path, env: dict) -> list[str]:
+    """The README's Commands table's runnable examples, top to bottom, in `table`."""
+    times = []
+    for example in runnable_examples():
+        where_ = f"README.md's Commands table, `{example}`"
+        times.append(run_block(table, env, f"{ACTIVATE}\n{example}\n", where_))
+    return times
+
+
 @pytest.mark.slow
 def test_documented_commands_run_as_written_and_leave_the_checkout_clean(shared_data, tmp_path):
     if not Path(sys.prefix, "bin", "activate").exists():
@@ -292,19 +303,20 @@ def test_documented_commands_run_as_written_and_leave_the_checkout_clean(shared_
         as_a_repository(repository)
     before = {path: git_status(path) for path in (checkout, table, REPO_ROOT)}
     activated, times = False, []
-    for page in pages():
-        env["TXL_SET"] = TXL_SET if page == README else DOCS_TXL_SET
-        for block in bash_blocks(page.read_text()):
-            if not block.runnable:
-                continue
-            script = (ACTIVATE + "\n" if activated else "") + block.text.replace(INSTALL, "true")
-            times.append(run_block(checkout, env, script, where(page, block)))
-            activated = activated or block.text.strip() == ACTIVATE
-        if page == README:  # the table, top to bottom, after the Quick start
-            shutil.copytree(checkout / "runs", table / "runs", symlinks=True)
-            for example in runnable_examples():
-                where_ = f"README.md's Commands table, `{example}`"
-                times.append(run_block(table, env, f"{ACTIVATE}\n{example}\n", where_))
+    with ThreadPoolExecutor(1) as beside:
+        for page in pages():
+            env["TXL_SET"] = TXL_SET if page == README else DOCS_TXL_SET
+            for block in bash_blocks(page.read_text()):
+                if not block.runnable:
+                    continue
+                script = block.text.replace(INSTALL, "true")
+                script = f"{ACTIVATE}\n{script}" if activated else script
+                times.append(run_block(checkout, env, script, where(page, block)))
+                activated = activated or block.text.strip() == ACTIVATE
+            if page == README:  # the table, top to bottom, after the Quick start
+                shutil.copytree(checkout / "runs", table / "runs", symlinks=True)
+                table_times = beside.submit(run_table, table, dict(env))
+        times += table_times.result()
     print("blocks:", ", ".join(times))
     # TXL_SET reached every training command (else each would have trained its full length).
     for run in TRAINED:

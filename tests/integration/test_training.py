@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -182,14 +183,12 @@ def test_distributed_eval_equals_one_process_eval(small_corpus, uninterrupted, t
 # ---- resume on another world size ----
 
 
-@pytest.fixture(scope="module", params=[1, 2, 3], ids=lambda stage: f"zero{stage}")
-def world_change(request, small_corpus, tmp_path_factory) -> dict[str, Path]:
+def world_change(stage: int, small_corpus: Path, out: Path) -> dict[str, Path]:
     """One rank trains 2 steps; two ranks resume and train a third; one rank resumes a fourth.
 
     Each run leaves the optimizer state it started from and ended with (pretrain_dumping.py).
     """
-    out = tmp_path_factory.mktemp(f"world_change_zero{request.param}")
-    settings = [f"deepspeed.zero_optimization.stage={request.param}", "train.eval_interval=1"]
+    settings = [f"deepspeed.zero_optimization.stage={stage}", "train.eval_interval=1"]
     runs = {}
     for name, nprocs, steps in (("one", 1, 2), ("two", 2, 3), ("one_again", 1, 4)):
         dumps = out / "dumps" / name
@@ -201,6 +200,16 @@ def world_change(request, small_corpus, tmp_path_factory) -> dict[str, Path]:
         runs[name] = dumps
         runs[f"{name}_stdout"] = proc.stdout
     return runs
+
+
+@pytest.fixture(scope="module")
+def world_changes(small_corpus, tmp_path_factory) -> dict[int, dict[str, Path]]:
+    """ZeRO stage -> its world_change runs. The three stages' chains run side by side: a chain
+    is mostly one process starting up on one core, so alone it leaves the other core idle."""
+    outs = {stage: tmp_path_factory.mktemp(f"world_change_zero{stage}") for stage in (1, 2, 3)}
+    with ThreadPoolExecutor(len(outs)) as side_by_side:
+        chains = {s: side_by_side.submit(world_change, s, small_corpus, o) for s, o in outs.items()}
+        return {stage: chain.result() for stage, chain in chains.items()}
 
 
 def assert_same_optimizer_state(loaded: Path, saved: Path) -> None:
@@ -215,10 +224,14 @@ def assert_same_optimizer_state(loaded: Path, saved: Path) -> None:
 @pytest.mark.parametrize(
     "saved_by,loaded_by,step", [("one", "two", 2), ("two", "one_again", 3)], ids=["1to2", "2to1"]
 )
-def test_world_size_change_keeps_weights_and_adam_moments(world_change, saved_by, loaded_by, step):
-    out = world_change[loaded_by].parent.parent
+@pytest.mark.parametrize("stage", [1, 2, 3], ids=lambda stage: f"zero{stage}")
+def test_world_size_change_keeps_weights_and_adam_moments(
+    world_changes, stage, saved_by, loaded_by, step
+):
+    runs = world_changes[stage]
+    out = runs[loaded_by].parent.parent
     saved_on, loaded_on = (1, 2) if saved_by == "one" else (2, 1)
-    stdout = world_change[f"{loaded_by}_stdout"]
+    stdout = runs[f"{loaded_by}_stdout"]
     assert (
         f"saved on {ranks(saved_on)}, now {loaded_on}; optimizer via universal checkpoint" in stdout
     )
@@ -228,8 +241,8 @@ def test_world_size_change_keeps_weights_and_adam_moments(world_change, saved_by
     assert kept == (step == 3) == (checkpoints / f"global_step{step}_universal").is_dir()
     assert not list(checkpoints.glob(f"*{checkpoint.PARTIAL}"))
     assert_same_optimizer_state(
-        world_change[loaded_by] / f"start_step{step}.pt",
-        world_change[saved_by] / f"end_step{step}.pt",
+        runs[loaded_by] / f"start_step{step}.pt",
+        runs[saved_by] / f"end_step{step}.pt",
     )
 
 
@@ -390,6 +403,17 @@ def test_a_killed_rank_restarts_by_itself_and_resumes_exactly(
 # ---- a kill or a full disk inside a save ----
 
 
+def kill_rank_1_as_its_launcher_ends_the_run(run, out: Path, log: Path) -> None:
+    """SIGKILL rank 1; once DeepSpeed's launcher has seen it and sent SIGTERM to rank 0 (which
+    the paused save keeps alive), SIGKILL the rest: what the launcher does after its 30 s grace."""
+    os.kill(rank_pid(out, 1), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while "Killing subprocess" not in log.read_text():
+        assert time.monotonic() < deadline and run.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.1)
+    os.killpg(run.pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize(
     "async_save,killed", [(False, "all"), (True, "all"), (True, "rank 1")], ids=str
 )
@@ -417,7 +441,7 @@ def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
         if killed == "all":
             os.killpg(run.pid, signal.SIGKILL)  # every rank and the launcher at once, mid-save
         else:
-            os.kill(rank_pid(out, 1), signal.SIGKILL)  # the launcher ends the other rank
+            kill_rank_1_as_its_launcher_ends_the_run(run, out, tmp_path / "killed.log")
         run.wait(timeout=120)
     assert (checkpoints / checkpoint.LATEST).read_text() == f"global_step{K}"
     assert not (checkpoints / f"global_step{2 * K}").exists()

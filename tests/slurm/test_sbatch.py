@@ -106,9 +106,10 @@ def test_wallclock_stops_requeue_until_the_run_is_done(cluster, wikitext, tmp_pa
     out = tmp_path / "run"
     # No warning signal: every start stops itself 25 s after its processes started (about 10
     # of them starting up, the rest training), checkpoints and requeues, until all steps are done.
-    # 400 steps take 28 s or more on 2 CPU cores (71 ms a step at the fastest seen; 200 once
-    # fitted in one start): at least one stop even on an idle machine.
-    steps = 400
+    # 300 steps take 21 s or more on 2 CPU cores (71 ms a step at the fastest seen; 200 once
+    # fitted in one start): at least one stop even on an idle machine. More steps only add
+    # starts, each ~10 s of start-up and a requeue.
+    steps = 300
     args = pretrain_args(out, wikitext, ["train.max_wallclock=25", f"train.max_steps={steps}"])
     sbatch = [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1,TXL_LAUNCHER=deepspeed"]
     job_id = cluster.sbatch(out, sbatch, args)
@@ -125,6 +126,7 @@ def test_wallclock_stops_requeue_until_the_run_is_done(cluster, wikitext, tmp_pa
     assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-3000:]
     assert "2 ranks on 2 node(s)" in log and "via deepspeed" in log
     stops = [int(s) for s in re.findall(r"stopping at step (\d+): train.max_wallclock", log)]
+    print(f"{steps} steps: stopped at {stops}")
     assert stops and int(job["Restarts"]) == len(stops), log[-3000:]
     for stop in stops:
         assert f"resumed global_step{stop} at step {stop}" in log
