@@ -106,10 +106,10 @@ def test_wallclock_stops_requeue_until_the_run_is_done(cluster, wikitext, tmp_pa
     out = tmp_path / "run"
     # No warning signal: every start stops itself 25 s after its processes started (about 10
     # of them starting up, the rest training), checkpoints and requeues, until all steps are done.
-    # 300 steps take 21 s or more on 2 CPU cores (71 ms a step at the fastest seen; 200 once
-    # fitted in one start): at least one stop even on an idle machine. More steps only add
-    # starts, each ~10 s of start-up and a requeue.
-    steps = 300
+    # 500 steps take 29 s or more on 2 CPU cores (58 ms a step at the fastest seen; 300 once
+    # fitted in one start on an idle machine, CI 2026-12-06): at least one stop even on a
+    # machine a fifth faster.
+    steps = 500
     args = pretrain_args(out, wikitext, ["train.max_wallclock=25", f"train.max_steps={steps}"])
     sbatch = [*TWO_NODES, "--export=ALL,OMP_NUM_THREADS=1,TXL_LAUNCHER=deepspeed"]
     job_id = cluster.sbatch(out, sbatch, args)
