@@ -56,13 +56,13 @@ configure_logging(True)
 watchdog = Watchdog(hang_timeout_s=0.5, checkpoint_timeout_s=30, rank=0, world_size=1,
                     errors_dir=sys.argv[1])
 watchdog.start()
-for step in range(1, 10):  # 0.9 s of steps, each shorter than the timeout
+for step in range(1, 7):  # 0.6 s of steps, each shorter than the timeout
     with watchdog.phase("step", step):
         time.sleep(0.1)
-with watchdog.phase("checkpoint save", 9):
-    time.sleep(1.5)  # longer than train.hang_timeout_s: a save has its own timeout
+with watchdog.phase("checkpoint save", 6):
+    time.sleep(0.8)  # longer than train.hang_timeout_s: a save has its own timeout
 print("no false alarm", flush=True)
-with watchdog.phase("step", 10):
+with watchdog.phase("step", 7):
     time.sleep(30)
 print("not reached", flush=True)
 """
@@ -79,7 +79,7 @@ def test_the_thread_ends_a_stalled_process_and_only_then(tmp_path):
     assert proc.stdout == "no false alarm\n"
     stacks = tmp_path / "rank0.txt"
     assert proc.stderr.splitlines()[-1] == (
-        "[txl-dist] rank 0 hung: no progress in step 10 for 1 s (train.hang_timeout_s=0.5); "
+        "[txl-dist] rank 0 hung: no progress in step 7 for 1 s (train.hang_timeout_s=0.5); "
         f"no other ranks; ending the run (stacks: {stacks})"
     )
     stalled_line = ONE_PROCESS.splitlines().index("    time.sleep(30)") + 1
