@@ -120,7 +120,7 @@ def test_s3_gives_up_after_the_configured_attempts(s3_valid, flaky_proxy):
 
 
 def read_while_the_server_dies(proxy, url: str, comes_back: bool, **kw) -> tuple[list, int]:
-    """Batches of a stream whose server is killed after 20 batches (and started again 1 s later),
+    """Batches of a stream whose server is killed after 20 batches (and started again 0.3 s later),
     and the number of requests the server had seen when it died."""
     stream = iter(
         TokenStreams(url, 3, 128, 1, 2, reading=Reading(block_tokens=4000, prefetch=1, **kw))
@@ -128,7 +128,7 @@ def read_while_the_server_dies(proxy, url: str, comes_back: bool, **kw) -> tuple
     got = list(itertools.islice(stream, 20))
     proxy.kill()
     seen = len(proxy.requests())
-    restart = threading.Timer(1.0, proxy.start)
+    restart = threading.Timer(0.3, proxy.start)
     if comes_back:
         restart.start()
     try:
