@@ -94,7 +94,7 @@ def s3_valid(wt103, s3_endpoint, monkeypatch) -> tuple[str, dict]:
 def test_http_reads_retry_transient_failures(wt103, http_server, flaky_proxy, clean, how):
     proxy = flaky_proxy(http_server(wt103).url, failures=2, how=how)
     retry = STALLS if how == "stall" else QUICK
-    assert_same(batches(manifest_url(proxy.url, "valid"), retry=retry), clean)
+    assert_same(batches(manifest_url(proxy.url, "valid"), 40, retry=retry), clean[:40])
     outcomes = Counter(proxy.requests())
     reads = [r.removesuffix(" ok") for r in outcomes if r.endswith(" ok")]
     assert "GET /valid/manifest.json bytes=0-" in reads and sum("bytes=" in r for r in reads) >= 3
