@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -68,17 +70,25 @@ print("not reached", flush=True)
 """
 
 
-def test_the_thread_ends_a_stalled_process_and_only_then(tmp_path):
+@pytest.fixture(scope="module", autouse=True)
+def stalled(tmp_path_factory) -> Iterator[tuple[subprocess.Popen, Path, float]]:
+    """ONE_PROCESS, started as this module starts: it runs (mostly sleeping) beside the tests
+    before the one that reads how it ended. (the process, its errors_dir, when it started)"""
+    errors_dir = tmp_path_factory.mktemp("stalled")
+    args = [sys.executable, "-c", textwrap.dedent(ONE_PROCESS), str(errors_dir)]
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
     started = time.monotonic()
-    proc = processes.run(
-        [sys.executable, "-c", textwrap.dedent(ONE_PROCESS), str(tmp_path)],
-        timeout=60,
-        cwd=REPO_ROOT,
-    )
-    assert proc.returncode == HANG_EXIT_CODE, proc.stdout + proc.stderr
-    assert proc.stdout == "no false alarm\n"
-    stacks = tmp_path / "rank0.txt"
-    assert proc.stderr.splitlines()[-1] == (
+    with processes.process_group(args, **pipes) as proc:
+        yield proc, errors_dir, started
+
+
+def test_the_thread_ends_a_stalled_process_and_only_then(stalled):
+    proc, errors_dir, started = stalled
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == HANG_EXIT_CODE, stdout + stderr
+    assert stdout == "no false alarm\n"
+    stacks = errors_dir / "rank0.txt"
+    assert stderr.splitlines()[-1] == (
         "[txl-dist] rank 0 hung: no progress in step 7 for 1 s (train.hang_timeout_s=0.5); "
         f"no other ranks; ending the run (stacks: {stacks})"
     )
