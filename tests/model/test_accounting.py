@@ -32,7 +32,8 @@ def counted_flops_per_token(config: TXLConfig, rows: int) -> float:
     head = config.cutoffs[0] if config.cutoffs else config.n_token
     targets = torch.randint(0, head, (rows, config.tgt_len))
     with torch.device("meta"):
-        model = TransformerXL(config).eval()
+        # No initial values: drawing them (on the CPU, for meta too) took a second for lm1b's
+        model = TransformerXL(config, init_weights=False).eval()
         input_ids = torch.zeros(rows, config.tgt_len, dtype=torch.long)
         mems = [torch.zeros(rows, config.mem_len, config.d_model)] * config.n_layer
     counter = FlopCounterMode(display=False)

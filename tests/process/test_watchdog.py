@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -56,30 +58,38 @@ configure_logging(True)
 watchdog = Watchdog(hang_timeout_s=0.5, checkpoint_timeout_s=30, rank=0, world_size=1,
                     errors_dir=sys.argv[1])
 watchdog.start()
-for step in range(1, 10):  # 0.9 s of steps, each shorter than the timeout
+for step in range(1, 7):  # 0.6 s of steps, each shorter than the timeout
     with watchdog.phase("step", step):
         time.sleep(0.1)
-with watchdog.phase("checkpoint save", 9):
-    time.sleep(1.5)  # longer than train.hang_timeout_s: a save has its own timeout
+with watchdog.phase("checkpoint save", 6):
+    time.sleep(0.8)  # longer than train.hang_timeout_s: a save has its own timeout
 print("no false alarm", flush=True)
-with watchdog.phase("step", 10):
+with watchdog.phase("step", 7):
     time.sleep(30)
 print("not reached", flush=True)
 """
 
 
-def test_the_thread_ends_a_stalled_process_and_only_then(tmp_path):
+@pytest.fixture(scope="module", autouse=True)
+def stalled(tmp_path_factory) -> Iterator[tuple[subprocess.Popen, Path, float]]:
+    """ONE_PROCESS, started as this module starts: it runs (mostly sleeping) beside the tests
+    before the one that reads how it ended. (the process, its errors_dir, when it started)"""
+    errors_dir = tmp_path_factory.mktemp("stalled")
+    args = [sys.executable, "-c", textwrap.dedent(ONE_PROCESS), str(errors_dir)]
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
     started = time.monotonic()
-    proc = processes.run(
-        [sys.executable, "-c", textwrap.dedent(ONE_PROCESS), str(tmp_path)],
-        timeout=60,
-        cwd=REPO_ROOT,
-    )
-    assert proc.returncode == HANG_EXIT_CODE, proc.stdout + proc.stderr
-    assert proc.stdout == "no false alarm\n"
-    stacks = tmp_path / "rank0.txt"
-    assert proc.stderr.splitlines()[-1] == (
-        "[txl-dist] rank 0 hung: no progress in step 10 for 1 s (train.hang_timeout_s=0.5); "
+    with processes.process_group(args, **pipes) as proc:
+        yield proc, errors_dir, started
+
+
+def test_the_thread_ends_a_stalled_process_and_only_then(stalled):
+    proc, errors_dir, started = stalled
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == HANG_EXIT_CODE, stdout + stderr
+    assert stdout == "no false alarm\n"
+    stacks = errors_dir / "rank0.txt"
+    assert stderr.splitlines()[-1] == (
+        "[txl-dist] rank 0 hung: no progress in step 7 for 1 s (train.hang_timeout_s=0.5); "
         f"no other ranks; ending the run (stacks: {stacks})"
     )
     stalled_line = ONE_PROCESS.splitlines().index("    time.sleep(30)") + 1
