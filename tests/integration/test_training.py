@@ -367,21 +367,24 @@ def test_a_killed_rank_restarts_by_itself_and_resumes_exactly(
     }
     log = tmp_path / "torchrun.log"
     latest = out / "checkpoints" / checkpoint.LATEST
+
+    def tail() -> str:
+        return log.read_text()[-3000:]
+
     with (
         open(log, "w") as output,
         processes.process_group(
             cmd, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env
         ) as run,
     ):
-        deadline = time.monotonic() + 300
-        while not latest.exists():  # the checkpoint at step K
-            assert time.monotonic() < deadline and run.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.1)
+        processes.wait_for(f"the checkpoint at step {K}", latest.exists, 300, 0.1, run, tail)
         os.kill(rank_pid(out, rank=1), signal.SIGKILL)
         killed = time.monotonic()
-        while not any(r["restart"] == 1 for r in records(out)):
-            assert time.monotonic() < deadline and run.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.1)
+        processes.wait_for(
+            "a step trained again",
+            lambda: any(r["restart"] == 1 for r in records(out)),
+            300, 0.1, run, tail,
+        )  # fmt: skip
         print(f"from the kill to a step trained again: {time.monotonic() - killed:.1f} s")
         assert run.wait(timeout=300) == 0, log.read_text()[-3000:]
     text = log.read_text()
@@ -407,10 +410,11 @@ def kill_rank_1_as_its_launcher_ends_the_run(run, out: Path, log: Path) -> None:
     """SIGKILL rank 1; once DeepSpeed's launcher has seen it and sent SIGTERM to rank 0 (which
     the paused save keeps alive), SIGKILL the rest: what the launcher does after its 30 s grace."""
     os.kill(rank_pid(out, 1), signal.SIGKILL)
-    deadline = time.monotonic() + 60
-    while "Killing subprocess" not in log.read_text():
-        assert time.monotonic() < deadline and run.poll() is None, log.read_text()[-3000:]
-        time.sleep(0.1)
+    processes.wait_for(
+        "the launcher's SIGTERM to rank 0",
+        lambda: "Killing subprocess" in log.read_text(),
+        60, 0.1, run, lambda: log.read_text()[-3000:],
+    )  # fmt: skip
     os.killpg(run.pid, signal.SIGKILL)
 
 
@@ -433,11 +437,11 @@ def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
             cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env
         ) as run,
     ):
-        deadline = time.monotonic() + 300
-        while not all((staging / f"memory_rank{r}.pt").exists() for r in (0, 1)):
-            alive = time.monotonic() < deadline and run.poll() is None
-            assert alive, (tmp_path / "killed.log").read_text()[-3000:]
-            time.sleep(0.1)
+        processes.wait_for(
+            f"both ranks inside the save of step {2 * K}",
+            lambda: all((staging / f"memory_rank{r}.pt").exists() for r in (0, 1)),
+            300, 0.1, run, lambda: (tmp_path / "killed.log").read_text()[-3000:],
+        )  # fmt: skip
         if killed == "all":
             os.killpg(run.pid, signal.SIGKILL)  # every rank and the launcher at once, mid-save
         else:
@@ -478,10 +482,11 @@ def test_sigterm_during_a_background_write_finishes_it_saves_and_exits_0(small_c
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT, env=env
     ) as launcher:
         staging = checkpoints / f"global_step2{checkpoint.PARTIAL}"
-        deadline = time.monotonic() + 300
-        while not all((staging / f"memory_rank{r}.pt").exists() for r in (0, 1)):
-            assert time.monotonic() < deadline and launcher.poll() is None, "no save began"
-            time.sleep(0.1)
+        processes.wait_for(
+            "both ranks inside the save of step 2",
+            lambda: all((staging / f"memory_rank{r}.pt").exists() for r in (0, 1)),
+            300, 0.1, launcher,
+        )  # fmt: skip
         os.kill(rank_pid(out, 1), signal.SIGTERM)  # while both ranks' background writes wait
         release.touch()
         output, _ = launcher.communicate(timeout=300)
