@@ -4,6 +4,7 @@ Launchers start ranks, and ranks start helpers (wandb, DeepSpeed's compile); kil
 test started leaves those running. Every launcher a test starts here gets a process group of its
 own, and the whole group, with every descendant that left it, is killed when the test is done
 with it: on success, on a timeout, on a failure and on Ctrl-C (KeyboardInterrupt) alike.
+A test waits for what its children do with `wait_for`, which gives up once the child has ended.
 """
 
 from __future__ import annotations
@@ -13,9 +14,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import psutil
+import pytest
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -86,6 +92,27 @@ def python_ranks(script: str, world_size: int, timeout: float, **popen_kwargs) -
     ended = run_at_once(ranks, timeout, **popen_kwargs)
     assert [rank.returncode for rank in ended] == [0] * world_size, ended[0].stderr[-3000:]
     return [rank.stdout for rank in ended]
+
+
+def wait_for(
+    what: str,
+    check: Callable[[], T],
+    timeout: float,
+    interval: float = 0.2,
+    running: subprocess.Popen | None = None,
+    output: Callable[[], str] = str,
+) -> T:
+    """Poll until check() is truthy and return its value; fail after timeout seconds, or as soon
+    as `running` (the process that should bring it about) has exited, with output() appended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        if running is not None and running.poll() is not None:
+            pytest.fail(f"exit {running.returncode} while waiting for {what}\n{output()}")
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{output()}")
 
 
 def kill_group(pgid: int) -> None:

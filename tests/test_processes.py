@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.processes import kill_group
+from tests.processes import kill_group, wait_for
 
 # A test that starts a "launcher" whose "rank" is a grandchild, as deepspeed and torchrun do;
 # torchrun starts its ranks in sessions of their own (NEW_SESSION).
@@ -64,3 +64,16 @@ def test_ctrl_c_during_a_test_ends_the_launcher_and_its_ranks(tmp_path, new_sess
         assert rank in gone and not alive
     finally:
         kill_group(pytest_run.pid)
+
+
+def test_wait_for_returns_the_value_and_fails_at_the_timeout_or_once_the_child_ended():
+    values = iter([0, None, "ready"])
+    assert wait_for("the third value", lambda: next(values), timeout=5, interval=0) == "ready"
+    with pytest.raises(pytest.fail.Exception, match="timed out after 0 s waiting for never"):
+        wait_for("never", lambda: False, timeout=0.05, interval=0.01)
+    ended = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    ended.wait()
+    start = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match="exit 3 while waiting for a file\nits log"):
+        wait_for("a file", lambda: False, 60, running=ended, output=lambda: "its log")
+    assert time.monotonic() - start < 30  # not the timeout

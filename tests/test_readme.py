@@ -9,7 +9,8 @@ in the order the README links them (a page may use what an earlier one made), in
 directory laid out like a checkout. The README's Commands table runs too, top to bottom, in a
 second such checkout holding what the README's blocks made (the Quick start's runs/): each row's
 example whose page runs it, so a row reads only what the Quick start or an earlier row made.
-The table runs beside the docs pages' blocks (most of them one process on one core).
+The pages of SIDE_PAGES, which read only what the README's blocks made, run in a third such
+checkout. The three run side by side (most blocks are one process on one core).
 A checkout has links to the repository's launch/, configs/ and bench/, and to the environment
 under test as .venv, with ../shared/data/wikitext-103 holding the shared train prefix (a link)
 and the first VALID_BYTES of valid, so evaluations take seconds. Nothing of the test's own
@@ -61,6 +62,8 @@ LACKS = ("GPU", "SLURM cluster", "several nodes", "internet", "S3 bucket")
 # The runs the pages train, each with its own train.out_dir: the README's, then the docs'.
 README_TRAINED = ["sample", "tiny"]
 TRAINED = [*README_TRAINED, "tiny-deepspeed", "tiny-torchrun", "tiny-python", "tiny-300"]
+# Pages that read only what the README's blocks made, nor does a later page read what they make.
+SIDE_PAGES = ("data.md", "own-corpora.md")
 
 
 @dataclasses.dataclass
@@ -293,30 +296,46 @@ def run_table(table: Path, env: dict) -> list[str]:
     return times
 
 
+def run_pages(directory: Path, env: dict, in_order: list[Path], activated: bool) -> list[str]:
+    """The runnable blocks of the pages in_order, in `directory`; once `activated` (by the
+    README's `source .venv/bin/activate` block), each block starts with that line."""
+    times = []
+    for page in in_order:
+        env["TXL_SET"] = TXL_SET if page == README else DOCS_TXL_SET
+        for block in bash_blocks(page.read_text()):
+            if not block.runnable:
+                continue
+            script = block.text.replace(INSTALL, "true")
+            script = f"{ACTIVATE}\n{script}" if activated else script
+            times.append(run_block(directory, env, script, where(page, block)))
+            activated = activated or block.text.strip() == ACTIVATE
+    return times
+
+
 @pytest.mark.slow
 def test_documented_commands_run_as_written_and_leave_the_checkout_clean(shared_data, tmp_path):
     if not Path(sys.prefix, "bin", "activate").exists():
         pytest.fail(f"{sys.prefix} is not a virtual environment: run bash launch/install.sh")
     checkout, env = checkout_layout(tmp_path, shared_data), fresh_shell_env()
     table = checkout_layout(tmp_path / "table", shared_data)
-    for repository in (checkout, table):
+    side = checkout_layout(tmp_path / "side", shared_data)
+    for repository in (checkout, table, side):
         as_a_repository(repository)
-    before = {path: git_status(path) for path in (checkout, table, REPO_ROOT)}
-    activated, times = False, []
-    with ThreadPoolExecutor(1) as beside:
-        for page in pages():
-            env["TXL_SET"] = TXL_SET if page == README else DOCS_TXL_SET
-            for block in bash_blocks(page.read_text()):
-                if not block.runnable:
-                    continue
-                script = block.text.replace(INSTALL, "true")
-                script = f"{ACTIVATE}\n{script}" if activated else script
-                times.append(run_block(checkout, env, script, where(page, block)))
-                activated = activated or block.text.strip() == ACTIVATE
-            if page == README:  # the table, top to bottom, after the Quick start
-                shutil.copytree(checkout / "runs", table / "runs", symlinks=True)
-                table_times = beside.submit(run_table, table, dict(env))
-        times += table_times.result()
+    before = {path: git_status(path) for path in (checkout, table, side, REPO_ROOT)}
+    times = run_pages(checkout, env, [README], activated=False)
+    for copy in (table, side):  # what the Quick start made
+        shutil.copytree(checkout / "runs", copy / "runs", symlinks=True)
+    docs = pages()[1:]
+    side_pages = [page for page in docs if page.name in SIDE_PAGES]
+    assert len(side_pages) == len(SIDE_PAGES), side_pages
+    with ThreadPoolExecutor(2) as beside:
+        lanes = [
+            beside.submit(run_table, table, dict(env)),
+            beside.submit(run_pages, side, dict(env), side_pages, True),
+        ]
+        times += run_pages(checkout, env, [p for p in docs if p not in side_pages], True)
+        for lane in lanes:
+            times += lane.result()
     print("blocks:", ", ".join(times))
     # TXL_SET reached every training command (else each would have trained its full length).
     for run in TRAINED:

@@ -127,7 +127,9 @@ def one_rank_stages(settings):
 
 
 fp32, stages = (json.loads(arg) for arg in sys.argv[1:])
-print("RESULT " + json.dumps(dict(fp32=fp32_zero0_steps(fp32), stages=one_rank_stages(stages))))
+result = dict(fp32=fp32_zero0_steps(fp32), stages=one_rank_stages(stages))
+result["compiler_loaded"] = "torch._inductor.compile_fx" in sys.modules  # torch.compile's back end
+print("RESULT " + json.dumps(result))
 end_distributed()
 """
 
@@ -159,6 +161,13 @@ def one_rank() -> dict:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.split("RESULT ")[1])
+
+
+def test_engines_of_zero_stages_load_no_compiler_back_end(one_rank):
+    """DeepSpeed's ZeRO optimizers import its Muon optimizer, whose torch.compile decorators
+    would load torch's inductor back end (~1.2 s of CPU at every rank's start): it is imported
+    with its functions uncompiled, and nothing else loads the back end."""
+    assert one_rank["compiler_loaded"] is False
 
 
 def test_one_fp32_zero0_rank_steps_as_plain_torch_and_calls_no_collective(one_rank):

@@ -367,21 +367,24 @@ def test_a_killed_rank_restarts_by_itself_and_resumes_exactly(
     }
     log = tmp_path / "torchrun.log"
     latest = out / "checkpoints" / checkpoint.LATEST
+
+    def tail() -> str:
+        return log.read_text()[-3000:]
+
     with (
         open(log, "w") as output,
         processes.process_group(
             cmd, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env
         ) as run,
     ):
-        deadline = time.monotonic() + 300
-        while not latest.exists():  # the checkpoint at step K
-            assert time.monotonic() < deadline and run.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.1)
+        processes.wait_for(f"the checkpoint at step {K}", latest.exists, 300, 0.1, run, tail)
         os.kill(rank_pid(out, rank=1), signal.SIGKILL)
         killed = time.monotonic()
-        while not any(r["restart"] == 1 for r in records(out)):
-            assert time.monotonic() < deadline and run.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.1)
+        processes.wait_for(
+            "a step trained again",
+            lambda: any(r["restart"] == 1 for r in records(out)),
+            300, 0.1, run, tail,
+        )  # fmt: skip
         print(f"from the kill to a step trained again: {time.monotonic() - killed:.1f} s")
         assert run.wait(timeout=300) == 0, log.read_text()[-3000:]
     text = log.read_text()
@@ -407,52 +410,63 @@ def kill_rank_1_as_its_launcher_ends_the_run(run, out: Path, log: Path) -> None:
     """SIGKILL rank 1; once DeepSpeed's launcher has seen it and sent SIGTERM to rank 0 (which
     the paused save keeps alive), SIGKILL the rest: what the launcher does after its 30 s grace."""
     os.kill(rank_pid(out, 1), signal.SIGKILL)
-    deadline = time.monotonic() + 60
-    while "Killing subprocess" not in log.read_text():
-        assert time.monotonic() < deadline and run.poll() is None, log.read_text()[-3000:]
-        time.sleep(0.1)
+    processes.wait_for(
+        "the launcher's SIGTERM to rank 0",
+        lambda: "Killing subprocess" in log.read_text(),
+        60, 0.1, run, lambda: log.read_text()[-3000:],
+    )  # fmt: skip
     os.killpg(run.pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize(
-    "async_save,killed", [(False, "all"), (True, "all"), (True, "rank 1")], ids=str
-)
-def test_a_kill_inside_a_save_resumes_from_the_previous_checkpoint_exactly(
-    small_corpus, uninterrupted, tmp_path, async_save, killed
+# One run killed inside its save of step 2K, resumed and killed there again: every rank at once
+# in background writes (the checkpoint at K was written in the background too) and in a
+# synchronous save, then rank 1 alone in background writes (its launcher ends the rest).
+KILLS_IN_A_SAVE = [(True, "all"), (False, "all"), (True, "rank 1")]  # (async_save, killed)
+
+
+def test_kills_inside_a_save_each_resume_from_the_previous_checkpoint_exactly(
+    small_corpus, uninterrupted, tmp_path
 ):
-    # Async: the ranks' background writes stop, and the run waits for them at its end.
-    settings = [*HARD_RESUME, f"train.async_save={str(async_save).lower()}"]
     out = tmp_path / "killed"
     checkpoints = out / "checkpoints"
     staging = checkpoints / f"global_step{2 * K}{checkpoint.PARTIAL}"
-    cmd = command(out, small_corpus, 2, settings, None, script=PRETRAIN_PAUSING)
     env = {**os.environ, PAUSE_IN_SAVE_ENV: str(2 * K)}  # ranks stop inside the save
-    with (
-        open(tmp_path / "killed.log", "w") as log,
-        processes.process_group(
-            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env
-        ) as run,
-    ):
-        deadline = time.monotonic() + 300
-        while not all((staging / f"memory_rank{r}.pt").exists() for r in (0, 1)):
-            alive = time.monotonic() < deadline and run.poll() is None
-            assert alive, (tmp_path / "killed.log").read_text()[-3000:]
-            time.sleep(0.1)
-        if killed == "all":
-            os.killpg(run.pid, signal.SIGKILL)  # every rank and the launcher at once, mid-save
-        else:
-            kill_rank_1_as_its_launcher_ends_the_run(run, out, tmp_path / "killed.log")
-        run.wait(timeout=120)
-    assert (checkpoints / checkpoint.LATEST).read_text() == f"global_step{K}"
-    assert not (checkpoints / f"global_step{2 * K}").exists()
-    (staging / "stale").write_text("a file only the killed save had")
+    for run_index, (async_save, killed) in enumerate(KILLS_IN_A_SAVE):
+        # Async: the ranks' background writes stop, and the run waits for them at its end.
+        settings = [*HARD_RESUME, f"train.async_save={str(async_save).lower()}"]
+        resume = "auto" if run_index else None
+        cmd = command(out, small_corpus, 2, settings, resume, script=PRETRAIN_PAUSING)
+        log = tmp_path / f"killed-{run_index}.log"
+        with (
+            open(log, "w") as output,
+            processes.process_group(
+                cmd, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env
+            ) as run,
+        ):
+            # The killed save's directory (its files and "stale") is removed before step 2K is
+            # saved again.
+            processes.wait_for(
+                f"both ranks inside the save of step {2 * K}, the killed one's files gone",
+                lambda: not (staging / "stale").exists()
+                and all((staging / f"memory_rank{r}.pt").exists() for r in (0, 1)),
+                300, 0.1, run, lambda log=log: log.read_text()[-3000:],
+            )  # fmt: skip
+            if killed == "all":
+                os.killpg(run.pid, signal.SIGKILL)  # every rank and the launcher at once
+            else:
+                kill_rank_1_as_its_launcher_ends_the_run(run, out, log)
+            run.wait(timeout=120)
+        assert (checkpoints / checkpoint.LATEST).read_text() == f"global_step{K}"
+        assert not (checkpoints / f"global_step{2 * K}").exists()
+        assert run_index == 0 or f"resumed global_step{K} at step {K}" in log.read_text()
+        (staging / "stale").write_text("a file only the killed save had")
 
+    written = len(records(out))
     proc = train(out, small_corpus, overrides=settings, resume="auto")
     assert f"resumed global_step{K} at step {K}" in proc.stdout
-    resumed = [r for r in records(out) if r["restart"] == 1]
+    resumed = records(out)[written:]
     expected = [r for r in records(uninterrupted) if r["step"] > K]
     assert repeated(resumed) == repeated(expected)
-    # The killed save's directory was removed before step 2K was saved again.
     assert not staging.exists() and not (checkpoints / f"global_step{2 * K}" / "stale").exists()
     point = checkpoint.find_resume_point("auto", str(out))
     assert point.tag == f"global_step{2 * K}" and not point.passed_over
@@ -478,10 +492,11 @@ def test_sigterm_during_a_background_write_finishes_it_saves_and_exits_0(small_c
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT, env=env
     ) as launcher:
         staging = checkpoints / f"global_step2{checkpoint.PARTIAL}"
-        deadline = time.monotonic() + 300
-        while not all((staging / f"memory_rank{r}.pt").exists() for r in (0, 1)):
-            assert time.monotonic() < deadline and launcher.poll() is None, "no save began"
-            time.sleep(0.1)
+        processes.wait_for(
+            "both ranks inside the save of step 2",
+            lambda: all((staging / f"memory_rank{r}.pt").exists() for r in (0, 1)),
+            300, 0.1, launcher,
+        )  # fmt: skip
         os.kill(rank_pid(out, 1), signal.SIGTERM)  # while both ranks' background writes wait
         release.touch()
         output, _ = launcher.communicate(timeout=300)

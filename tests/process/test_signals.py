@@ -60,58 +60,52 @@ def test_no_stop_before_the_deadline():
 
 AGREEING_RANK = """
 import json, signal, sys, time, torch, torch.distributed as dist
+from txl_dist.process import signals
 from txl_dist.process.signals import StopRequest
-rendezvous, case, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rendezvous, rank = sys.argv[1], int(sys.argv[2])
 # A file rendezvous: no TCP port to pick, so none another process could take first.
 dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
-cpu = torch.device("cpu")
-if case == "cadence":
-    # Steps of 10 ms on rank 0, 20 ms on rank 1; rank 0 gets a signal at step 40.
-    stop, reductions, step = StopRequest(agree_every_s=0.5), [], 0
-    all_reduce = dist.all_reduce
-    dist.all_reduce = lambda *args, **kwargs: reductions.append(step) or all_reduce(*args, **kwargs)
-    for step in range(1, 1000):
-        time.sleep(0.01 * (rank + 1))
-        if rank == 0 and step == 40:
-            signal.raise_signal(signal.SIGTERM)
-        if stop.agreed(cpu):
-            break
+cpu, all_reduce, results = torch.device("cpu"), dist.all_reduce, {}
+for case in ("deadline", "signal"):
+    signals._received = None  # each case starts with no signal caught
+    # Only rank 1 passes its deadline; in "signal" rank 0 got a signal too.
+    stop = StopRequest(max_wallclock=1e-9 if rank == 1 else 3600)
+    if case == "signal" and rank == 0:
+        signal.raise_signal(signal.SIGTERM)
+    # Flags are reduced in the background and read one call later: all ranks agree at call 2.
+    agreed = [stop.agreed(cpu), stop.agreed(cpu)]
     stop.settle()
-    print("RESULT " + json.dumps([reductions, step, stop.reason()]), flush=True)
-    dist.destroy_process_group()
-    sys.exit()
-# Only rank 1 passes its deadline; in "signal" rank 0 got a signal too.
-stop = StopRequest(max_wallclock=1e-9 if rank == 1 else 3600)
-if case == "signal" and rank == 0:
-    signal.raise_signal(signal.SIGTERM)
-# Flags are reduced in the background and read one call later: all ranks agree at call 2.
-agreed = [stop.agreed(cpu), stop.agreed(cpu)]
+    results[case] = [agreed, stop.wallclock, stop.reason()]
+# Steps of 10 ms on rank 0, 20 ms on rank 1; rank 0 gets a signal at step 40.
+signals._received = None
+stop, reductions, step = StopRequest(agree_every_s=0.5), [], 0
+dist.all_reduce = lambda *args, **kwargs: reductions.append(step) or all_reduce(*args, **kwargs)
+for step in range(1, 1000):
+    time.sleep(0.01 * (rank + 1))
+    if rank == 0 and step == 40:
+        signal.raise_signal(signal.SIGTERM)
+    if stop.agreed(cpu):
+        break
 stop.settle()
-print("RESULT " + json.dumps([agreed, stop.wallclock, stop.reason()]), flush=True)
+results["cadence"] = [reductions, step, stop.reason()]
+print("RESULT " + json.dumps(results), flush=True)
 dist.destroy_process_group()
 """
 
 
-def agreeing_ranks(tmp_path, case: str) -> list:
-    """Each rank's result of AGREEING_RANK's `case` on two ranks."""
-    rendezvous = tmp_path / f"rendezvous-{case}"
-    script = f"import sys; sys.argv[1:1] = [{str(rendezvous)!r}, {case!r}]\n{AGREEING_RANK}"
-    outputs = processes.python_ranks(script, 2, timeout=300, cwd=REPO_ROOT)
-    return [json.loads(out.split("RESULT ")[1]) for out in outputs]
-
-
-@pytest.mark.slow  # two ranks, three times
+@pytest.mark.slow  # two ranks
 def test_ranks_agree_on_the_reason_at_the_same_steps(tmp_path):
+    script = f"import sys; sys.argv[1:1] = [{str(tmp_path / 'rendezvous')!r}]\n{AGREEING_RANK}"
+    outputs = processes.python_ranks(script, 2, timeout=300, cwd=REPO_ROOT)
+    ranks = [json.loads(out.split("RESULT ")[1]) for out in outputs]
     for case, wallclock in (("deadline", True), ("signal", False)):
-        results = agreeing_ranks(tmp_path, case)
+        results = [rank[case] for rank in ranks]
         assert [result[:2] for result in results] == [[[False, True], wallclock]] * 2
     assert results[0][2] == "SIGTERM received"
     assert results[1][2] == "a stop signal on another rank"
     # Ranks of different speeds reduce their flags at the same steps, not at every step, and
     # stop at the same step after the signal.
-    (reductions, stopped, reason), (reductions_1, stopped_1, _) = agreeing_ranks(
-        tmp_path, "cadence"
-    )
+    (reductions, stopped, reason), (reductions_1, stopped_1, _) = (r["cadence"] for r in ranks)
     assert reductions == reductions_1 and stopped == stopped_1 > 40, (reductions, reductions_1)
     assert len(reductions) < stopped / 2 and reason == "SIGTERM received"
 

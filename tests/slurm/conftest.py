@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.integration import conftest as integration
 from tests.integration.runs import command, records, train_losses
+from tests.processes import wait_for
 
 HERE = Path(__file__).parent
 NODE_ADDR = {"n1": "10.200.0.1", "n2": "10.200.0.2"}
@@ -31,17 +32,6 @@ FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
 def pretrain_args(out_dir: Path, data: Path, overrides: list[str]) -> list[str]:
     """Arguments of launch/pretrain.py for the tiny test run (the interpreter and script cut)."""
     return command(out_dir, data, 1, OVERRIDES + overrides, None)[2:]
-
-
-def wait_for(what: str, check: Callable[[], object], timeout: float, interval: float = 0.2):
-    """Poll until check() is truthy and return it; fail after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def steps_logged(out_dir: Path) -> int:

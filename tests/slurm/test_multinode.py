@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.integration.runs import rank_pid, train_losses
+from tests.processes import wait_for
 from tests.slurm.conftest import (
     IFNAME,
     NODE_ADDR,
@@ -28,7 +29,6 @@ from tests.slurm.conftest import (
     pretrain_args,
     steps_logged,
     system_packages,
-    wait_for,
 )
 
 MULTINODE = str(REPO_ROOT / "launch" / "multinode.sh")

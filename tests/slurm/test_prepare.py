@@ -13,7 +13,7 @@ from data_pipeline.prepare.units import Unit, split_units
 from data_pipeline.prepare.units import part_units as units_of_part
 from tests.conftest import REPO_ROOT
 from tests.data_pipeline.prepare.test_parts import tree
-from tests.slurm.conftest import wait_for
+from tests.processes import wait_for
 
 SCRIPT = str(REPO_ROOT / "launch" / "slurm" / "prepare.sbatch")
 # Small units and one worker: each part has dozens of units and runs for seconds, long enough

@@ -12,6 +12,7 @@ import signal
 import time
 
 from tests.integration.runs import eval_ppl, rank_pid, records, train, train_losses
+from tests.processes import wait_for
 from tests.slurm.conftest import (
     FINISHED,
     OVERRIDES,
@@ -19,7 +20,6 @@ from tests.slurm.conftest import (
     assert_restarted_and_resumed_exactly,
     pretrain_args,
     steps_logged,
-    wait_for,
 )
 
 # Two nodes x 1 task: the rendezvous crosses the namespaces; one thread per rank as in the

@@ -6,11 +6,14 @@ redacted config it pickles, updates skipped on a non-finite norm).
 from __future__ import annotations
 
 import functools
+import importlib
 import json
+import sys
 
 import deepspeed
 import torch
 from deepspeed.accelerator import get_accelerator
+from deepspeed.runtime import compiler
 
 from data_pipeline import redact
 from txl_dist.config.plan import DeepSpeedSection, RunPlan
@@ -78,6 +81,7 @@ def initialize_engine(model: torch.nn.Module, optimizer, scheduler, ds_config: d
     DeepSpeed pickles its raw config into every checkpoint it saves (`ds_config`), so once it
     has set up from it (a comet or monitor key included), the engine keeps the redacted copy.
     """
+    import_muon_eager()
     engine, _, _, scheduler = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
     )
@@ -93,6 +97,28 @@ def initialize_engine(model: torch.nn.Module, optimizer, scheduler, ds_config: d
         if engine.dp_world_size == 1:
             engine.enable_backward_allreduce = False
     return engine, scheduler
+
+
+MUON = "deepspeed.runtime.zero.muon.muon_optimizer"  # it imports original_muon
+
+
+def import_muon_eager() -> None:
+    """Import DeepSpeed's Muon with its functions left uncompiled, unless imported already.
+
+    DeepSpeed's ZeRO check and its ZeRO and bf16 optimizers import Muon (to ask whether the
+    optimizer is Muon, or before a loop that would update Muon's parameters), and decorating
+    its functions with torch.compile loads torch's inductor back end: ~1.2 s of CPU at every
+    rank's start. Our optimizer is the one build_optimizer made, never Muon, so none of those
+    functions runs; were one to, it would compute the same, eagerly.
+    """
+    if MUON in sys.modules:
+        return
+    decorator = compiler.compile
+    compiler.compile = lambda: lambda function: function
+    try:
+        importlib.import_module(MUON)
+    finally:
+        compiler.compile = decorator
 
 
 # Devices with torch's fused Adam kernels. The fused step updates each tensor in one pass: the
