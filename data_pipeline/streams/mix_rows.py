@@ -98,6 +98,8 @@ class MixRows:
         self.tgt_len, self.steps_per_block = tgt_len, steps_per_block
         # Per corpus, tokens the group's counts start from (mix_offsets.py; set by the stream).
         self.offsets = np.zeros(len(corpora), np.int64)
+        # Per row, ((corpus, epoch), stop, ends) of its document (stop_ahead), per walk.
+        self.stops: dict[int, tuple[tuple[int, int], int, bool]] = {}
 
     def start(self, row: int, start: RowStart) -> RowCursor:
         """Global ``row``'s cursor at ``start``: in every share at the first document that
@@ -151,54 +153,77 @@ class MixRows:
 
     def piece(self, row: int, cursor: RowCursor, n: int, ahead: int) -> tuple[Piece, bool]:
         """Advance ``cursor`` (of global ``row``) by at most ``n`` tokens of the document it is
-        in: its piece, and whether the document ended there (a share's end ends one). Samples
-        are loaded ``ahead`` (>= n) tokens ahead, so that the row's next steps find theirs."""
+        in: its piece, and whether the document ended there (a share's end ends one)."""
         c = cursor.corpus
         corpus, epoch, offset = self.corpora[c], cursor.epochs[c], cursor.offsets[c]
-        base = row * corpus.share
-        cap = min(corpus.share, offset + n)
-        stop = base + min(corpus.share, offset + ahead)
-        corpus.load(epoch, base + offset, stop, tokens=row in self.local_rows)
-        stop, ends = corpus.document_stop(epoch, base + offset, base + cap)
-        stop -= base
+        stop, ends = self.stop_ahead(row, c, epoch, offset, ahead)
+        if stop > offset + n:
+            stop, ends = offset + n, False
         cursor.offsets[c] = stop
         cursor.counts[c] += stop - offset
         if stop == corpus.share:  # the share is read: its next epoch, a new document
             cursor.epochs[c], cursor.offsets[c] = epoch + 1, 0
             ends = True
+        base = row * corpus.share
         return (c, epoch, base + offset, base + stop), ends
 
-    def step(self, cursors: list[RowCursor], n: int, ahead: int) -> list[list[Piece]]:
+    def stop_ahead(self, row: int, c: int, epoch: int, offset: int, ahead: int) -> tuple[int, bool]:
+        """(stop, ends): where the document at ``offset`` of global ``row``'s share of corpus
+        ``c`` stops within ``ahead`` tokens (ends False: not by then), its samples loaded (this
+        rank's rows' with their tokens). Kept until the row passes it: a row in a long document
+        costs a comparison a step, which matters as every rank walks every row."""
+        known = self.stops.get(row)
+        if known is not None and known[0] == (c, epoch) and known[1] > offset:
+            return known[1], known[2]
+        corpus = self.corpora[c]
+        base = row * corpus.share
+        limit = base + min(corpus.share, offset + ahead)
+        corpus.load(epoch, base + offset, limit, tokens=row in self.local_rows)
+        stop, ends = corpus.document_stop(epoch, base + offset, limit)
+        self.stops[row] = ((c, epoch), stop - base, ends)
+        return stop - base, ends
+
+    def step(
+        self, cursors: list[RowCursor], counts: np.ndarray, n: int, ahead: int
+    ) -> list[list[Piece]]:
         """Advance every global row's cursor by ``n`` tokens, together: the rows' document ends
         taken in the order of the token they fall on (ties by row), each row's next corpus
-        chosen from the group's counts and the other rows' corpora at that token. Per row, its
+        chosen from the group's counts and the other rows' corpora at that token. ``counts``
+        (every row's tokens per corpus, and the offsets) goes on with them. Per row, its
         pieces."""
-        k, shares = len(self.corpora), [c.share for c in self.corpora]
+        k, rows = len(self.corpora), len(cursors)
         pieces: list[list[Piece]] = [[] for _ in cursors]
-        reached = np.zeros(len(cursors), np.int64)  # tokens of the step each row has read
-        counts = self.offsets + np.sum([c.read(shares) for c in cursors], axis=0, dtype=np.int64)
+        reached = [0] * rows  # tokens of the step each row has read
+        # Per corpus, the rows in it and the tokens of the step they have read: every row's
+        # tokens up to token t are then counts - (read_in - rows_in * t), in O(corpora).
+        rows_in = np.bincount([c.corpus for c in cursors], minlength=k)
+        read_in = np.zeros(k, np.int64)
         ends: list[tuple[int, int]] = []
 
         def read_on(g: int) -> None:
             while reached[g] < n:
-                piece, ended = self.piece(
-                    g, cursors[g], n - int(reached[g]), ahead - int(reached[g])
-                )
+                done = reached[g]
+                piece, ended = self.piece(g, cursors[g], n - done, ahead - done)
                 pieces[g].append(piece)
-                reached[g] += piece[3] - piece[2]
-                counts[piece[0]] += piece[3] - piece[2]
+                got = piece[3] - piece[2]
+                reached[g] += got
+                counts[piece[0]] += got
+                read_in[piece[0]] += got
                 if ended:
-                    heapq.heappush(ends, (int(reached[g]), g))
+                    heapq.heappush(ends, (reached[g], g))
                     return
 
-        for g in range(len(cursors)):
+        for g in range(rows):
             read_on(g)
         while ends:
             t, g = heapq.heappop(ends)
-            corpora = np.array([c.corpus for c in cursors])
-            at_t = counts - np.bincount(corpora, reached - t, minlength=k)
-            others = np.bincount(np.delete(corpora, g), minlength=k)
-            cursors[g].corpus = self.schedule.choose(at_t, others, len(cursors))
+            at_t = counts - (read_in - rows_in * t)
+            old = cursors[g].corpus
+            rows_in[old] -= 1
+            read_in[old] -= t
+            new = cursors[g].corpus = self.schedule.choose(at_t, rows_in, rows)
+            rows_in[new] += 1
+            read_in[new] += t
             read_on(g)
         return pieces
 
@@ -209,16 +234,20 @@ class MixRows:
     def blocks(self, cursors: list[RowCursor], step: int) -> Iterator[MixBlock]:
         """Blocks of steps from ``step`` on, with the global rows at ``cursors``, forever."""
         T, steps = self.tgt_len, self.steps_per_block
+        self.stops = {}
+        shares = [c.share for c in self.corpora]
+        counts = self.offsets + np.sum([c.read(shares) for c in cursors], axis=0, dtype=np.int64)
         while True:
             self.forget_loaded(cursors)
             pieces: list[list[Piece]] = [[] for _ in self.local_rows]
             after: list[list[RowCursor]] = []
             for k in range(steps):
-                walked = self.step(cursors, T, ahead=(steps - k) * T + 1)
+                walked = self.step(cursors, counts, T, ahead=(steps - k) * T + 1)
                 for i, g in enumerate(self.local_rows):
                     pieces[i] += walked[g]
                 after.append([c.copy() for c in cursors])
-            last = self.step([c.copy() for c in cursors], 1, ahead=1)  # the last target
+            ahead = [c.copy() for c in cursors]
+            last = self.step(ahead, counts.copy(), 1, ahead=1)  # the last target
             tokens = np.zeros((self.rows, steps * T + 1), np.int32)
             for i, g in enumerate(self.local_rows):
                 tokens[i] = self.read(pieces[i] + last[g])
