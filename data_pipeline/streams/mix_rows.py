@@ -89,12 +89,11 @@ class MixRows:
         corpora: list[CorpusShares],
         schedule: MixSchedule,
         local_rows: range,
-        global_rows: int,
         tgt_len: int,
         steps_per_block: int,
     ):
         self.corpora, self.schedule = corpora, schedule
-        self.local_rows, self.rows, self.global_rows = local_rows, len(local_rows), global_rows
+        self.local_rows, self.rows = local_rows, len(local_rows)
         self.tgt_len, self.steps_per_block = tgt_len, steps_per_block
         # Per corpus, tokens the group's counts start from (mix_offsets.py; set by the stream).
         self.offsets = np.zeros(len(corpora), np.int64)
@@ -246,8 +245,8 @@ class MixRows:
                 for i, g in enumerate(self.local_rows):
                     pieces[i] += walked[g]
                 after.append([c.copy() for c in cursors])
-            ahead = [c.copy() for c in cursors]
-            last = self.step(ahead, counts.copy(), 1, ahead=1)  # the last target
+            beyond = [c.copy() for c in cursors]
+            last = self.step(beyond, counts.copy(), 1, ahead=1)  # the last target
             tokens = np.zeros((self.rows, steps * T + 1), np.int32)
             for i, g in enumerate(self.local_rows):
                 tokens[i] = self.read(pieces[i] + last[g])

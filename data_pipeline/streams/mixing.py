@@ -121,10 +121,7 @@ class MixedStreams(BatchStream):
             [c.document_lengths() for c in self.corpora],
         )
         steps_per_block = reading.steps_per_block(rows_per_rank, tgt_len, BLOCK_TOKENS)
-        self.walk = MixRows(
-            self.corpora, self.schedule, self.local_rows, self.global_rows, tgt_len,
-            steps_per_block,
-        )  # fmt: skip
+        self.walk = MixRows(self.corpora, self.schedule, self.local_rows, tgt_len, steps_per_block)
         self.seed = seed
         starts = self.schedule.starts(seed, self.global_rows)
         self.cursors = [self.walk.start(g, start) for g, start in enumerate(starts)]
