@@ -33,6 +33,9 @@ GRID = np.linspace(-1.0, 1.0, 81)
 """Candidate offsets, in units of the schedule's horizon (the mix's mean document by weight)."""
 ROW_FUTURES = 64
 """Rows times futures simulated per candidate: 8 futures of 8 rows, 1 of 64 or more."""
+EVENTS = 100_000
+"""Document ends simulated per run start at most (about a quarter of a second): corpora of short
+documents get fewer futures, then fewer steps (their start is forgotten sooner)."""
 DRAWS = 256
 """Document lengths drawn per row and corpus for a future (it wraps around past them)."""
 
@@ -42,8 +45,14 @@ def start_offsets(
 ) -> list[int]:
     """Per corpus, the tokens added to the group's counts at the start (they sum to zero)."""
     k, rows = len(schedule.weights), len(starts)
-    futures = [draws(schedule, rows, seed, f) for f in range(max(1, ROW_FUTURES // rows))]
-    marks = [step * tgt_len for step in SOLVED_STEPS]
+    per_candidate = EVENTS / len(GRID)
+    # Document ends of one future over SOLVED_STEPS: rows x tokens / mean document by choice.
+    per_token = float(np.sum(schedule.weights / schedule.mean_tokens))
+    ends = rows * SOLVED_STEPS[-1] * tgt_len * per_token
+    count = int(max(1, min(ROW_FUTURES // rows, per_candidate // max(ends, 1.0))))
+    futures = [draws(schedule, rows, seed, f) for f in range(count)]
+    last = SOLVED_STEPS[-1] * min(1.0, per_candidate / max(ends, 1.0))
+    marks = [step * tgt_len for step in SOLVED_STEPS if step <= max(last, SOLVED_STEPS[0])]
     offsets = np.zeros(k)
     for c in range(k - 1):
         errors = []

@@ -295,6 +295,7 @@ def at_20(long_and_short) -> list[float]:
     return [mix_shares.long_shares(MixedStreams(mix, 8, 64, seed=s), 20)[-1] for s in range(32)]
 
 
+@pytest.mark.slow  # 48 runs of the long-and-short mix: with the 16-seed tests
 def test_a_mix_of_long_and_short_documents_holds_its_weights_from_the_first_step(
     long_and_short, at_20
 ):
@@ -337,6 +338,7 @@ def test_sixteen_runs_of_eight_rows_hold_the_weight_at_every_logged_step(long_an
     assert np.abs(means - weight).max() < 0.02, means.round(3).tolist()
 
 
+@pytest.mark.slow  # 48 runs of the long-and-short mix: with the 16-seed tests
 def test_rows_that_start_where_a_token_stands_in_its_run_keep_a_runs_share_near_its_weight(
     long_and_short, at_20
 ):
