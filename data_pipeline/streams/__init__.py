@@ -3,8 +3,10 @@
 - ``batch_stream.py``: ``BatchStream``, the contract both streams keep and the trainer reads.
 - ``token_streams.py``: ``TokenStreams``, one corpus's batches, for training and evaluation.
 - ``mixing.py``: ``MixedStreams``, several corpora mixed by weight, every row still one stream.
-- ``mix_rows.py``: a mix's rows walked document by document, each from the corpus scheduled.
+- ``mix_rows.py``: a mix's global rows walked together, each next document from the corpus the
+  group schedule names.
 - ``mix_schedule.py``: which corpus a mix's row reads next, and where every row starts.
+- ``mix_offsets.py``: where the group schedule starts counting, solved on sampled lengths.
 - ``mix_state.py``: a mix's saved stream state checked, value by value, before it is used.
 - ``shares.py``: one corpus of a mix, its epochs cut into one share per global row.
 - ``reading.py``: ``Reading``, how both streams read: storage, retries, blocks ahead.

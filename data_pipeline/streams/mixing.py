@@ -10,12 +10,15 @@ continue every row and no document is broken. The end of a share ends the docume
 share then starts again in the corpus's next epoch, in that epoch's own order, and the stream logs
 one line the first time each corpus starts an epoch.
 
-Schedule (mix_schedule.py). A row's next document comes from the corpus furthest behind its
-share of the row's tokens, and every row starts as if it had been running for a while, at a
-token of a walk of the schedule, the rows spread over the walk's runs, mid-way into a
-document: the expected token shares equal the weights from the first step, and a row's share
-strays from its weight by about one document.
-A row's documents do not depend on the world size.
+Schedule (mix_schedule.py, mix_offsets.py). Every row starts as if it had been running for a
+while, at a token of a walk of a row's schedule, the rows spread over the walk's runs, mid-way
+into a document. Then the rows go on together: where a row's document ends, its next corpus is
+the one that keeps the group's deficits (every row's tokens against the weights) smallest over
+a document's worth of tokens ahead, with the other rows where they stand, from counts offset by
+a start solved on the corpora's sampled lengths for this run: the shares of all rows together
+stray from the weights by a fraction of a document, and their expected values are the weights
+from the first logged steps. Every rank walks every global row (the others' document ends read
+from the samples' length arrays alone), so a row's documents do not depend on the world size.
 
 State. Per row: the corpus of its document and, per corpus, the epoch and offset of its share,
 the schedule's count and the tokens skipped at the start; nothing grows with the steps taken.
@@ -36,6 +39,7 @@ from data_pipeline.shards.errors import VocabMismatchError
 from data_pipeline.shards.format import Manifest, load_manifest
 from data_pipeline.streams.batch_stream import BatchStream, check_vocab
 from data_pipeline.streams.geometry import check_layout
+from data_pipeline.streams.mix_offsets import start_offsets
 from data_pipeline.streams.mix_rows import MixRows, RowCursor
 from data_pipeline.streams.mix_schedule import MixSchedule
 from data_pipeline.streams.mix_state import STATE_KIND, check_mix_state
@@ -120,7 +124,8 @@ class MixedStreams(BatchStream):
         self.walk = MixRows(self.corpora, self.schedule, self.local_rows, tgt_len, steps_per_block)
         self.seed = seed
         starts = self.schedule.starts(seed, self.global_rows)
-        self.cursors = [self.walk.start(g, starts[g]) for g in self.local_rows]
+        self.cursors = [self.walk.start(g, start) for g, start in enumerate(starts)]
+        self.walk.offsets[:] = start_offsets(self.schedule, starts, seed, tgt_len)
         self.next_step = 0
         self.epoch, self.step, self.new_epoch = 0, -1, False
         self.announced = [0] * len(sources)  # per corpus, the last epoch logged
@@ -137,7 +142,7 @@ class MixedStreams(BatchStream):
 
     def row_states(self) -> list[list[int]]:
         """This rank's rows' cursors as lists of ints (the next batch's position)."""
-        return [c.to_list() for c in self.cursors]
+        return [self.cursors[g].to_list() for g in self.local_rows]
 
     def state_dict(self) -> dict:
         """Position of the next batch, every global row's; the same on every rank (a collective
@@ -171,8 +176,11 @@ class MixedStreams(BatchStream):
                 {},
                 {},
             )
-        self.cursors = [self.cursor_of(state, g) for g in self.local_rows]
-        self.announced = [max(c.epochs[i] for c in self.cursors) for i in range(len(self.names))]
+        self.cursors = [self.cursor_of(state, g) for g in range(self.global_rows)]
+        starts = self.schedule.starts(self.seed, self.global_rows)
+        self.walk.offsets[:] = start_offsets(self.schedule, starts, self.seed, self.tgt_len)
+        mine = [self.cursors[g] for g in self.local_rows]
+        self.announced = [max(c.epochs[i] for c in mine) for i in range(len(self.names))]
 
     def cursor_of(self, state: dict, row: int) -> RowCursor:
         """Global row ``row``'s cursor in ``state``; a version 1 state (rows drawn by hash:
@@ -221,7 +229,8 @@ class MixedStreams(BatchStream):
         """Log once per corpus and epoch, when the first row here gets there, that a corpus
         ran out and starts over (at the batch that reaches it, not when it is read ahead)."""
         for i, name in enumerate(self.names):
-            row, cursor = max(zip(self.local_rows, self.cursors), key=lambda rc: rc[1].epochs[i])
+            mine = [(g, self.cursors[g]) for g in self.local_rows]
+            row, cursor = max(mine, key=lambda rc: rc[1].epochs[i])
             if cursor.epochs[i] > self.announced[i]:
                 self.announced[i] = cursor.epochs[i]
                 log.info(

@@ -57,6 +57,21 @@ def shuffled_chains(continues: np.ndarray, rng: np.random.Generator) -> np.ndarr
     return np.repeat(first - np.cumsum(size) + size, size) + np.arange(len(continues))
 
 
+def document_permutation(
+    order: EpochOrder, sample: int, documents: int, cut_ends: tuple[bool, bool]
+) -> np.ndarray | None:
+    """The order of a sample's ``documents`` entries in this epoch (None: as stored, for corpus
+    order); pieces of cut documents (``cut_ends``: first, last) stay where they join their
+    neighbours. Its lengths alone give a sample's document ends in the epoch."""
+    lo, hi = int(cut_ends[0]), documents - int(cut_ends[1])
+    if order.shuffle_seed is None or hi - lo < 2:
+        return None
+    rng = np.random.default_rng([order.shuffle_seed, order.epoch, sample])
+    perm = np.arange(documents)
+    perm[lo:hi] = lo + rng.permutation(hi - lo)
+    return perm
+
+
 def shuffle_documents(
     tokens: np.ndarray,
     lengths: np.ndarray,
@@ -64,15 +79,11 @@ def shuffle_documents(
     sample: int,
     cut_ends: tuple[bool, bool],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A sample's tokens and document lengths with its documents permuted for this epoch (as is
-    for corpus order); pieces of cut documents (``cut_ends``: first, last) stay where they join
-    their neighbours."""
-    lo, hi = int(cut_ends[0]), len(lengths) - int(cut_ends[1])
-    if order.shuffle_seed is None or hi - lo < 2:
+    """A sample's tokens and document lengths with its documents in this epoch's order
+    (``document_permutation``)."""
+    perm = document_permutation(order, sample, len(lengths), cut_ends)
+    if perm is None:
         return tokens, lengths
-    rng = np.random.default_rng([order.shuffle_seed, order.epoch, sample])
-    perm = np.arange(len(lengths))
-    perm[lo:hi] = lo + rng.permutation(hi - lo)
     starts = np.concatenate([[0], np.cumsum(lengths[:-1], dtype=np.int64)])
     new_lengths = lengths[perm].astype(np.int64)
     new_starts = np.concatenate([[0], np.cumsum(new_lengths[:-1])])

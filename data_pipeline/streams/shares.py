@@ -11,7 +11,7 @@ import numpy as np
 from data_pipeline.shards.errors import DataError, ShardCorruptError
 from data_pipeline.shards.format import Manifest
 from data_pipeline.shards.storage import filesystem
-from data_pipeline.streams.order import EpochOrder, shuffle_documents
+from data_pipeline.streams.order import EpochOrder, document_permutation, shuffle_documents
 from data_pipeline.streams.reader import SampleReader
 from data_pipeline.streams.reading import Reading
 from data_pipeline.streams.table import SampleTable
@@ -60,7 +60,8 @@ class CorpusShares:
                 "use fewer rows or a larger corpus"
             )
         self.orders: dict[int, EpochOrder] = {}
-        self.samples: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        # (epoch, epoch-order index) -> (tokens, None where only the ends were read; ends)
+        self.samples: dict[tuple[int, int], tuple[np.ndarray | None, np.ndarray]] = {}
 
     def epoch_order(self, epoch: int) -> EpochOrder:
         """The epoch's sample order (the newest few are kept)."""
@@ -70,24 +71,39 @@ class CorpusShares:
             self.orders[epoch] = EpochOrder.of(self.table, self.order, self.seed, epoch)
         return self.orders[epoch]
 
-    def load(self, epoch: int, start: int, stop: int) -> None:
-        """Fetch (in one go) the samples of ``epoch`` that cover virtual tokens [start, stop)."""
+    def load(self, epoch: int, start: int, stop: int, tokens: bool = True) -> None:
+        """Fetch (in one go) the samples of ``epoch`` that cover virtual tokens [start, stop):
+        with their tokens, or (``tokens`` False) their document ends alone, from their length
+        arrays (another rank's rows: where their documents end, not what they hold)."""
         order = self.epoch_order(epoch)
         first = int(np.searchsorted(order.starts, start, side="right")) - 1
         last = int(np.searchsorted(order.starts, stop, side="left"))
-        missing = [j for j in range(first, last) if (epoch, j) not in self.samples]
+        missing = [j for j in range(first, last) if not self.loaded(epoch, j, tokens)]
         if not missing:
             return
-        fetched = self.reader.fetch(sorted(int(order.samples[j]) for j in missing))
+        wanted = sorted(int(order.samples[j]) for j in missing)
+        if tokens:
+            fetched = self.reader.fetch(wanted)
+        else:
+            fetched = {k: (None, lengths) for k, lengths in self.entry_lengths(wanted).items()}
         for j in missing:
             sample = int(order.samples[j])
-            tokens, lengths = fetched[sample]
+            found, lengths = fetched[sample]
             cut = self.table.cut_ends(sample)
-            tokens, lengths = shuffle_documents(tokens, lengths, order, sample, cut)
+            if found is not None:
+                found, lengths = shuffle_documents(found, lengths, order, sample, cut)
+            else:
+                perm = document_permutation(order, sample, len(lengths), cut)
+                lengths = lengths if perm is None else lengths[perm]
             ends = np.cumsum(lengths, dtype=np.int64)
             if cut[1]:  # the last entry is a piece: its document goes on in the next sample
                 ends = ends[:-1]
-            self.samples[(epoch, j)] = tokens, ends
+            self.samples[(epoch, j)] = found, ends
+
+    def loaded(self, epoch: int, j: int, tokens: bool) -> bool:
+        """Whether epoch-order sample ``j`` is loaded (with its tokens, if ``tokens``)."""
+        held = self.samples.get((epoch, j))
+        return held is not None and (held[0] is not None or not tokens)
 
     def document_lengths(self) -> np.ndarray:
         """Lengths of the documents that begin in LENGTH_SAMPLES samples spread evenly over the

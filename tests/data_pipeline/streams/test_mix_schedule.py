@@ -1,5 +1,4 @@
-"""MixSchedule: the corpus furthest behind next, and rows' starts spread over the schedule's
-runs."""
+"""MixSchedule: the group's next corpus, and rows' starts spread over a row schedule's runs."""
 
 from __future__ import annotations
 
@@ -9,13 +8,19 @@ import pytest
 from data_pipeline.streams.mix_schedule import MixSchedule, RowStart, Run, RunTokens
 
 
-def test_the_next_corpus_is_the_one_furthest_behind_its_share():
+def test_the_next_corpus_keeps_the_groups_deficits_smallest_a_document_ahead():
     schedule = MixSchedule([7, 3], [6000, 900])  # weights are normalized
-    assert schedule.next_corpus([0, 0]) == 0  # a tie: the first
-    assert schedule.next_corpus([700, 299]) == 1  # 0.3 x 999 = 299.7: short is 0.7 behind
-    assert schedule.next_corpus([699, 300]) == 0
+    assert schedule.horizon == 0.7 * 6000 + 0.3 * 900
+    # 8 rows want 5.6 in the long corpus: with no deficit, the 8th row rounds it up to 6 ...
+    assert schedule.choose(np.array([0, 0]), np.array([5, 2]), 8) == 0
+    # ... but not 1,200 tokens ahead of its share, and 6 rows there already make 7 too many.
+    assert schedule.choose(np.array([4000, 0]), np.array([5, 2]), 8) == 1
+    assert schedule.choose(np.array([0, 0]), np.array([6, 1]), 8) == 1
+    # Far enough behind, the long corpus takes the row all the same.
+    assert schedule.choose(np.array([0, 6000]), np.array([6, 1]), 8) == 0
+    assert MixSchedule([1, 1], [10, 10]).choose(np.array([0, 0]), np.array([0, 0]), 1) == 0  # tie
     three = MixSchedule([0.5, 0.3, 0.2], [10, 10, 10])
-    assert three.next_corpus([50, 30, 10]) == 2 and three.next_corpus([40, 30, 30]) == 0
+    assert three.choose(np.array([50, 30, 20]), np.array([5, 3, 1]), 10) == 2
 
 
 MIXES = [([0.7, 0.3], [6000, 900]), ([0.1, 0.9], [30, 5000]), ([0.5, 0.3, 0.2], [900, 6000, 120])]

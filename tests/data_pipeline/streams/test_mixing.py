@@ -109,6 +109,35 @@ def rows_of(batches) -> np.ndarray:
     return torch.cat([inputs, batches[-1][1][:, -1:]], dim=1).numpy()
 
 
+def bounds(documents: list[tuple[int, int]]) -> np.ndarray:
+    """A row's [documents, 3]: begin, end (in tokens of the row) and corpus of each document."""
+    lengths = np.array([n for _, n in documents], np.int64)
+    ends = np.cumsum(lengths)
+    return np.stack([ends - lengths, ends, [c for c, _ in documents]], axis=1)
+
+
+def group_choices(rows: list[np.ndarray]) -> list[tuple[int, int, int]]:
+    """(token, row, next corpus) at every document end but each row's last, in the order the
+    group schedule takes them: by token, then row."""
+    found = []
+    for g, spans in enumerate(rows):
+        found += [(int(end), g, int(c)) for end, c in zip(spans[:-1, 1], spans[1:, 2])]
+    return sorted(found)
+
+
+def group_at(rows: list[np.ndarray], t: int, g: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's tokens per corpus up to token t, and the corpora of the rows but g there (a
+    row ending at t before g in the order has taken its next; after g, not yet)."""
+    counts, others = np.zeros(k, np.int64), np.zeros(k, np.int64)
+    for h, spans in enumerate(rows):
+        read = np.clip(t - spans[:, 0], 0, spans[:, 1] - spans[:, 0])
+        counts += np.bincount(spans[:, 2], read, minlength=k).astype(np.int64)
+        if h != g:
+            i = np.searchsorted(spans[:, 1], t, side="right" if h < g else "left")
+            others[spans[min(i, len(spans) - 1), 2]] += 1
+    return counts, others
+
+
 def test_a_mix_realizes_its_token_shares_with_every_row_one_stream(corpora):
     rows, tgt_len, steps = 8, 150, 500
     weights = {"wiki": 0.7, "news": 0.3}
@@ -122,21 +151,23 @@ def test_a_mix_realizes_its_token_shares_with_every_row_one_stream(corpora):
         assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y[:, -1], next_x[:, 0])
     refs = {n: Reference(corpora[n][0], corpora[n][1], rows) for n in weights}
     assert len({cursor.corpus for cursor in begin}) == 2  # rows start in both corpora
-    total = dict.fromkeys(weights, 0)
+    rows_documents = []
     for g, row in enumerate(rows_of(batches)):
         start = dict(zip(stream.names, begin[g].skipped))
         documents = parse_row(row[:-1], g, refs, start)
         assert ("break", 0) not in documents, f"row {g} is not one stream of whole documents"
-        # The first document is the rest of one of the row's start corpus; every next one comes
-        # from the corpus then furthest behind its share of the row's tokens (with the start's).
-        counts, scheduled = list(begin[g].counts), [begin[g].corpus]
-        for name, n in documents[:-1]:
-            counts[stream.names.index(name)] += n
-            scheduled.append(stream.schedule.next_corpus(counts))
-        assert [name for name, _ in documents] == [stream.names[c] for c in scheduled]
+        assert documents[0][0] == stream.names[begin[g].corpus]  # the rest of its start's one
         assert sum(n for _, n in documents) == steps * tgt_len
-        for name, n in documents:
-            total[name] += n
+        rows_documents.append(bounds([(stream.names.index(name), n) for name, n in documents]))
+    # Every next document comes from the corpus the group schedule names at the token where
+    # the one before ends, from every row's tokens up to there and where the other rows stand.
+    for t, g, chosen in group_choices(rows_documents):
+        counts, others = group_at(rows_documents, t, g, len(weights))
+        assert stream.schedule.choose(counts + stream.walk.offsets, others, rows) == chosen
+    total = dict.fromkeys(weights, 0)
+    for spans in rows_documents:
+        for begin, end, c in spans:
+            total[stream.names[c]] += int(end - begin)
     assert stream.mix_tokens() == total
     for name, weight in weights.items():
         assert abs(total[name] / (rows * steps * tgt_len) - weight) < 0.01, total
@@ -264,6 +295,7 @@ def at_20(long_and_short) -> list[float]:
     return [mix_shares.long_shares(MixedStreams(mix, 8, 64, seed=s), 20)[-1] for s in range(32)]
 
 
+@pytest.mark.slow  # 48 runs of the long-and-short mix: with the 16-seed tests
 def test_a_mix_of_long_and_short_documents_holds_its_weights_from_the_first_step(
     long_and_short, at_20
 ):
@@ -293,6 +325,20 @@ def test_a_mix_of_long_and_short_documents_holds_its_weights_from_the_first_step
     assert mix_shares.long_shares(resumed, 150) == shares[150:]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("weight", [0.3, 0.7])
+def test_sixteen_runs_of_eight_rows_hold_the_weight_at_every_logged_step(long_and_short, weight):
+    """The issue's measure: the mean over seeds 0-15 of the long corpus's share within 2 points
+    of its weight at every 20th step to 1,000, 8 rows of 64. Rows choosing each by its own
+    counts missed it (0.270 at step 140 at 0.3: a row's share strays by a document, and 2 or 3
+    rows hold the articles); the group schedule holds it within 1.1 points (0.691 and 0.310)."""
+    mix = mix_shares.mix_of(long_and_short, weight)
+    runs = [mix_shares.long_shares(MixedStreams(mix, 8, 64, seed=s), 1000) for s in range(16)]
+    means = np.mean(runs, axis=0)[19::20]
+    assert np.abs(means - weight).max() < 0.02, means.round(3).tolist()
+
+
+@pytest.mark.slow  # 48 runs of the long-and-short mix: with the 16-seed tests
 def test_rows_that_start_where_a_token_stands_in_its_run_keep_a_runs_share_near_its_weight(
     long_and_short, at_20
 ):
